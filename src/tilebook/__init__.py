@@ -1,0 +1,23 @@
+"""tilebook: Triton kernels and the helpers that the tilebook lessons share.
+
+Importing tilebook picks the runtime first (a CUDA GPU, or Triton's interpreter
+on the CPU; see :mod:`tilebook.runtime`), and only then imports Triton.
+"""
+
+from . import runtime  # noqa: I001  (must run before anything imports triton)
+from .runtime import banner, device, get_runtime, is_gpu, is_interpreter, pick
+from .ops.vector_add import vector_add
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "__version__",
+    "banner",
+    "device",
+    "get_runtime",
+    "is_gpu",
+    "is_interpreter",
+    "pick",
+    "runtime",
+    "vector_add",
+]

@@ -1,0 +1,278 @@
+"""Benchmark harness: live measurements on a GPU, recorded ones everywhere else.
+
+On a GPU every figure comes from :func:`triton.testing.do_bench` (CUDA events,
+median over many repetitions, with the 20th and 80th percentiles as spread).
+Each benchmark is saved as a :class:`Record` (JSON) with its provenance: GPU,
+torch, triton, CUDA, Python, date and git commit, and the device's copy
+bandwidth measured in the same process so that every GB/s figure can be read as a
+fraction of the ceiling.
+
+On a CPU there is nothing to time: a lesson calls :func:`load_record` and plots
+what was committed from a GPU run, captioned with where it was measured.  No
+function here ever produces a number that was not measured.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import runtime
+
+__all__ = [
+    "RECORDS_DIR",
+    "Measurement",
+    "Record",
+    "copy_bandwidth",
+    "load_record",
+    "measure",
+    "provenance",
+    "record_or_measure",
+    "save_record",
+]
+
+#: Committed GPU records, shipped with the package so downloaded lessons find them.
+RECORDS_DIR = Path(__file__).parent / "records"
+#: Where live runs write their records: ``$TILEBOOK_RECORD_DIR``, else
+#: ``./tilebook-records``.  ``nox -s bench`` points it at :data:`RECORDS_DIR` so that
+#: the results can be committed; ``nox -s docs`` at the build folder.
+RECORD_DIR_ENV = "TILEBOOK_RECORD_DIR"
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One timed function: milliseconds (median and spread) and the rates they imply."""
+
+    median_ms: float
+    p20_ms: float
+    p80_ms: float
+    bytes_moved: int | None = None
+    flops: int | None = None
+
+    @property
+    def gbps(self) -> float | None:
+        """Bytes read plus bytes written, each counted once, per second (1e9)."""
+        if self.bytes_moved is None:
+            return None
+        return self.bytes_moved / (self.median_ms * 1e-3) / 1e9
+
+    @property
+    def tflops(self) -> float | None:
+        if self.flops is None:
+            return None
+        return self.flops / (self.median_ms * 1e-3) / 1e12
+
+    def as_row(self) -> dict[str, Any]:
+        row: dict[str, Any] = {
+            "median_ms": self.median_ms,
+            "p20_ms": self.p20_ms,
+            "p80_ms": self.p80_ms,
+        }
+        if self.bytes_moved is not None:
+            row["bytes"] = self.bytes_moved
+            row["gbps"] = self.gbps
+        if self.flops is not None:
+            row["flops"] = self.flops
+            row["tflops"] = self.tflops
+        return row
+
+
+def _require_gpu(what: str) -> None:
+    if not runtime.is_gpu():
+        raise RuntimeError(
+            f"{what} needs a CUDA GPU (tilebook is in {runtime.get_runtime().mode} mode); "
+            "on a CPU, plot a committed record with tilebook.bench.load_record instead"
+        )
+
+
+def measure(
+    fn: Callable[[], Any],
+    *,
+    bytes_moved: int | None = None,
+    flops: int | None = None,
+    warmup: float = 25,
+    rep: float = 100,
+) -> Measurement:
+    """Time ``fn`` with :func:`triton.testing.do_bench` (GPU only).
+
+    ``warmup`` and ``rep`` are milliseconds, as in ``do_bench``.  ``bytes_moved``
+    counts each input read once and each output written once; ``flops`` counts
+    floating-point operations.  Either turns into GB/s or TFLOP/s.
+    """
+    _require_gpu("measure()")
+    from triton.testing import do_bench
+
+    med, p20, p80 = do_bench(fn, warmup=warmup, rep=rep, quantiles=[0.5, 0.2, 0.8])
+    return Measurement(float(med), float(p20), float(p80), bytes_moved, flops)
+
+
+_COPY_CACHE: dict[int, Measurement] = {}
+
+
+def copy_bandwidth(nbytes: int = 1 << 30) -> Measurement:
+    """Device-to-device copy of ``nbytes`` (default 1 GiB): the practical ceiling for
+    memory-bound kernels, measured once per process and reused."""
+    if nbytes not in _COPY_CACHE:
+        _require_gpu("copy_bandwidth()")
+        src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").uniform_()
+        dst = torch.empty_like(src)
+        _COPY_CACHE[nbytes] = measure(lambda: dst.copy_(src), bytes_moved=2 * src.numel() * 4)
+        del src, dst
+    return _COPY_CACHE[nbytes]
+
+
+def _git_commit() -> str | None:
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def provenance() -> dict[str, Any]:
+    """Where and with what a measurement is being taken."""
+    import triton
+
+    info: dict[str, Any] = {
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "cuda": torch.version.cuda,
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "commit": os.environ.get("TILEBOOK_COMMIT") or _git_commit(),
+        "mode": runtime.get_runtime().mode,
+    }
+    if runtime.is_gpu():
+        props = torch.cuda.get_device_properties(0)
+        info["gpu"] = props.name
+        info["sm_count"] = props.multi_processor_count
+        info["capability"] = f"{props.major}.{props.minor}"
+    return info
+
+
+@dataclass
+class Record:
+    """A benchmark's rows (one dict per measured point) plus its provenance."""
+
+    name: str
+    title: str
+    rows: list[dict[str, Any]]
+    provenance: dict[str, Any]
+    notes: dict[str, Any] = field(default_factory=dict)
+    live: bool = False  # True when measured in this process, False when loaded from disk
+    path: str | None = None
+
+    def caption(self) -> str:
+        """``measured live on …`` or ``recorded on …``, with versions and date."""
+        p = self.provenance
+        date = str(p.get("date", "unknown date"))[:10]
+        where = p.get("gpu", "an unknown GPU")
+        versions = f"torch {p.get('torch', '?')}, triton {p.get('triton', '?')}"
+        if p.get("cuda"):
+            versions += f", CUDA {p['cuda']}"
+        verb = "measured live on" if self.live else "recorded on"
+        commit = f", commit {p['commit']}" if p.get("commit") else ""
+        return f"{verb} {where}, {versions}, {date}{commit}"
+
+    def select(self, **where: Any) -> list[dict[str, Any]]:
+        """Rows whose fields equal every ``key=value`` given."""
+        return [r for r in self.rows if all(r.get(k) == v for k, v in where.items())]
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d.pop("live")
+        d.pop("path")
+        return json.dumps(d, indent=1, sort_keys=True)
+
+
+def _record_dir() -> Path:
+    return Path(os.environ.get(RECORD_DIR_ENV) or "tilebook-records")
+
+
+def save_record(record: Record, directory: str | os.PathLike | None = None) -> Path:
+    """Write ``record`` as ``<directory>/<name>.json``.  Only live GPU records are saved."""
+    if not record.live or record.provenance.get("mode") != "gpu":
+        raise ValueError(f"refusing to save record {record.name!r}: it was not measured live on a GPU")
+    out_dir = Path(directory) if directory is not None else _record_dir()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{record.name}.json"
+    path.write_text(record.to_json() + "\n")
+    record.path = str(path)
+    return path
+
+
+def load_record(name: str, directory: str | os.PathLike | None = None) -> Record | None:
+    """The committed record called ``name``, or None if there is none."""
+    if directory is not None:
+        candidates = [Path(directory)]
+    elif os.environ.get(RECORD_DIR_ENV):
+        candidates = [Path(os.environ[RECORD_DIR_ENV]), RECORDS_DIR]
+    else:
+        candidates = [RECORDS_DIR]
+    for d in candidates:
+        path = d / f"{name}.json"
+        if path.exists():
+            data = json.loads(path.read_text())
+            return Record(
+                name=data["name"],
+                title=data.get("title", data["name"]),
+                rows=data["rows"],
+                provenance=data["provenance"],
+                notes=data.get("notes", {}),
+                live=False,
+                path=str(path),
+            )
+    return None
+
+
+def record_or_measure(
+    name: str,
+    title: str,
+    sweep: Callable[[], Sequence[dict[str, Any]]],
+    *,
+    notes: dict[str, Any] | None = None,
+    save: bool = True,
+) -> Record | None:
+    """The heart of the two-mode rule.
+
+    On a GPU, run ``sweep()`` (which measures and returns rows), wrap the rows in a
+    live :class:`Record` with provenance and the copy ceiling, save it, and return it.
+    On a CPU, return the committed record of the same name, or None when there is
+    none (callers then say so in text instead of plotting).
+    """
+    if runtime.is_gpu():
+        rows = list(sweep())
+        prov = provenance()
+        prov["copy_gbps"] = copy_bandwidth().gbps
+        rec = Record(name, title, rows, prov, dict(notes or {}), live=True)
+        if save:
+            save_record(rec)
+        return rec
+    return load_record(name)

@@ -1,0 +1,115 @@
+"""Element-wise addition: the first kernel of the course (lesson 07).
+
+One program owns ``BLOCK_SIZE`` consecutive elements; the last program masks off
+the elements past the end.  The op is memory-bound (3 streams of bytes, one add
+per element), so the target is the copy bandwidth of the device.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..validation import check_same_shape, check_tensor
+
+__all__ = ["DEFAULT_CONFIG", "add_kernel", "vector_add"]
+
+# Measured on an H100 with the sweep in lesson 07 (see the committed record):
+# 16-byte loads per thread and enough bytes in flight per SM to cover HBM latency.
+DEFAULT_CONFIG = triton.Config({"BLOCK_SIZE": 4096}, num_warps=8)
+
+_INT32_LIMIT = 2**31
+
+
+@triton.jit
+def add_kernel(
+    x_ptr,  # pointer to the first element of x
+    y_ptr,  # pointer to the first element of y
+    out_ptr,  # pointer to the first element of the output
+    n_elements,  # how many elements in all
+    BLOCK_SIZE: tl.constexpr,  # elements per program; a power of two
+    INT64_OFFSETS: tl.constexpr,  # True when offsets may pass 2**31 - 1
+):
+    pid = tl.program_id(axis=0)
+    if INT64_OFFSETS:
+        pid = pid.to(tl.int64)
+    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    x = tl.load(x_ptr + offsets, mask=mask)
+    y = tl.load(y_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, x + y, mask=mask)
+
+
+_tuned_add_kernel = triton.autotune(configs=[DEFAULT_CONFIG], key=[])(add_kernel)
+
+
+def launch_add(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    block_size: int | None = None,
+    num_warps: int | None = None,
+) -> torch.Tensor:
+    """Launch :func:`add_kernel` on contiguous, checked tensors; pick a config or use the tuned one."""
+    n = out.numel()
+    if n == 0:
+        return out
+    int64 = n + max(block_size or 0, DEFAULT_CONFIG.kwargs["BLOCK_SIZE"]) >= _INT32_LIMIT
+    if block_size is None and num_warps is None:
+        grid = lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)
+        _tuned_add_kernel[grid](x, y, out, n, INT64_OFFSETS=int64)
+        return out
+    block_size = block_size or DEFAULT_CONFIG.kwargs["BLOCK_SIZE"]
+    num_warps = num_warps or DEFAULT_CONFIG.num_warps
+    if block_size <= 0 or block_size & (block_size - 1):
+        raise ValueError(f"vector_add: block_size must be a power of two, got {block_size}")
+    if num_warps not in (1, 2, 4, 8, 16, 32):
+        raise ValueError(f"vector_add: num_warps must be a power of two up to 32, got {num_warps}")
+    grid = (triton.cdiv(n, block_size),)
+    add_kernel[grid](
+        x, y, out, n, BLOCK_SIZE=block_size, INT64_OFFSETS=int64, num_warps=num_warps
+    )
+    return out
+
+
+def vector_add(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    out: torch.Tensor | None = None,
+    block_size: int | None = None,
+    num_warps: int | None = None,
+) -> torch.Tensor:
+    """Return ``x + y`` computed by a Triton kernel.
+
+    Parameters
+    ----------
+    x, y
+        Tensors of the same shape and dtype (float16, bfloat16 or float32) on
+        tilebook's device (CUDA in GPU mode, CPU under the interpreter).  Any
+        strides are accepted; non-contiguous inputs are first copied to a
+        contiguous layout.  No broadcasting.
+    out
+        Optional contiguous output tensor of the same shape, dtype and device.
+    block_size, num_warps
+        Override the tuned launch configuration (lesson 07 sweeps these).
+
+    Examples
+    --------
+    >>> z = tilebook.vector_add(x, y)   # doctest: +SKIP
+    """
+    check_tensor(x, "x", "vector_add")
+    check_tensor(y, "y", "vector_add")
+    check_same_shape(x, y, ("x", "y"), "vector_add")
+    x = x.contiguous()
+    y = y.contiguous()
+    if out is None:
+        out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    else:
+        check_tensor(out, "out", "vector_add")
+        check_same_shape(x, out, ("x", "out"), "vector_add")
+        if not out.is_contiguous():
+            raise ValueError("vector_add: out must be contiguous")
+    return launch_add(x, y, out, block_size=block_size, num_warps=num_warps)

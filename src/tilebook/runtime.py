@@ -1,0 +1,155 @@
+"""Which machine the lessons run on: a CUDA GPU, or a CPU through Triton's interpreter.
+
+The choice has to be made before :mod:`triton` is imported, because Triton reads
+``TRITON_INTERPRET`` when it decorates a kernel with ``@triton.jit``.  Importing
+:mod:`tilebook` (or this module) makes the choice once per process:
+
+* ``TILEBOOK_MODE=gpu`` forces the GPU (and fails loudly when CUDA is unusable);
+* ``TILEBOOK_MODE=cpu`` forces the interpreter, even on a machine with a GPU;
+* ``TILEBOOK_MODE=auto`` (the default) takes the GPU when ``torch.cuda`` works;
+* ``TILEBOOK_MODE=aot`` runs no kernel at all: kernels stay real ``JITFunction``
+  objects so that :mod:`tilebook.inspect` can compile them ahead of time for a GPU
+  this machine does not have (used in a child process of a CPU build).
+
+A process that already set ``TRITON_INTERPRET=1`` is taken at its word: CPU mode.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TypeVar
+
+import torch
+
+__all__ = [
+    "MODE_ENV",
+    "Runtime",
+    "banner",
+    "device",
+    "get_runtime",
+    "is_gpu",
+    "is_interpreter",
+    "pick",
+]
+
+MODE_ENV = "TILEBOOK_MODE"
+_VALID = ("auto", "gpu", "cpu", "aot")
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """The mode this process runs in and why."""
+
+    mode: str  # "gpu", "cpu" or "aot"
+    reason: str
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cuda" if self.mode == "gpu" else "cpu")
+
+    @property
+    def interpreter(self) -> bool:
+        return self.mode == "cpu"
+
+
+def _env_truthy(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _cuda_usable() -> tuple[bool, str]:
+    try:
+        if not torch.cuda.is_available():
+            return False, "torch.cuda.is_available() is False"
+        name = torch.cuda.get_device_name(0)
+    except Exception as exc:  # a broken driver must not crash a CPU build
+        return False, f"CUDA failed to initialise ({exc})"
+    return True, name
+
+
+def _decide() -> Runtime:
+    requested = os.environ.get(MODE_ENV, "auto").strip().lower() or "auto"
+    if requested not in _VALID:
+        raise ValueError(
+            f"{MODE_ENV}={os.environ[MODE_ENV]!r} is not understood; use one of {', '.join(_VALID)}"
+        )
+    interpret_preset = _env_truthy("TRITON_INTERPRET")
+
+    if requested == "cpu":
+        return Runtime("cpu", f"forced by {MODE_ENV}=cpu")
+    if requested == "aot":
+        if interpret_preset:
+            raise RuntimeError(f"{MODE_ENV}=aot needs TRITON_INTERPRET unset")
+        return Runtime("aot", f"forced by {MODE_ENV}=aot (compile only)")
+    if requested == "gpu":
+        if interpret_preset:
+            raise RuntimeError(
+                f"{MODE_ENV}=gpu conflicts with TRITON_INTERPRET=1 in the environment; unset one"
+            )
+        ok, what = _cuda_usable()
+        if not ok:
+            raise RuntimeError(f"{MODE_ENV}=gpu, but no usable CUDA GPU: {what}")
+        return Runtime("gpu", f"forced by {MODE_ENV}=gpu ({what})")
+    if interpret_preset:
+        return Runtime("cpu", "TRITON_INTERPRET=1 was already set")
+    ok, what = _cuda_usable()
+    if ok:
+        return Runtime("gpu", f"CUDA GPU found ({what})")
+    return Runtime("cpu", f"no usable CUDA GPU ({what})")
+
+
+def _select() -> Runtime:
+    rt = _decide()
+    if rt.mode == "cpu":
+        # Triton reads this when @triton.jit decorates a kernel, so it must be set
+        # before tilebook's kernel modules are imported.
+        os.environ["TRITON_INTERPRET"] = "1"
+    return rt
+
+
+_RUNTIME = _select()
+
+
+def get_runtime() -> Runtime:
+    """The :class:`Runtime` chosen when tilebook was imported."""
+    return _RUNTIME
+
+
+def is_gpu() -> bool:
+    """True when kernels run on a CUDA GPU."""
+    return _RUNTIME.mode == "gpu"
+
+
+def is_interpreter() -> bool:
+    """True when kernels run on the CPU through Triton's interpreter."""
+    return _RUNTIME.mode == "cpu"
+
+
+def device() -> torch.device:
+    """The torch device that tilebook's kernels take their tensors on."""
+    return _RUNTIME.device
+
+
+def pick(*, gpu: T, cpu: T) -> T:
+    """Return the value for the current mode.
+
+    Lessons state both problem sizes once, side by side::
+
+        N = tilebook.pick(gpu=2**26, cpu=2**12)
+    """
+    return gpu if is_gpu() else cpu
+
+
+def banner() -> str:
+    """One line that says which mode runs and on what, for build logs and lessons."""
+    import triton  # imported here: the mode is already fixed
+
+    versions = f"torch {torch.__version__}, triton {triton.__version__}"
+    if is_gpu():
+        return f"tilebook: GPU mode on {torch.cuda.get_device_name(0)} ({versions})"
+    return (
+        "tilebook: CPU mode, kernels run through Triton's interpreter at small sizes; "
+        f"benchmarks show recorded GPU measurements ({versions}; {_RUNTIME.reason})"
+    )

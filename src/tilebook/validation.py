@@ -1,0 +1,84 @@
+"""Input checks shared by every op, so that bad input fails with a clear message.
+
+Triton kernels do no checking of their own: a wrong device can crash the process,
+a wrong dtype silently reinterprets bytes, and (under the interpreter) an
+out-of-bounds read can corrupt memory.  Every public op calls these first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+from . import runtime
+
+__all__ = ["check_float_dtype", "check_same_shape", "check_tensor"]
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _dtype_names(dtypes: Iterable[torch.dtype]) -> str:
+    return ", ".join(str(d).removeprefix("torch.") for d in dtypes)
+
+
+def check_tensor(
+    x: object,
+    name: str,
+    op: str,
+    *,
+    dtypes: Iterable[torch.dtype] | None = FLOAT_DTYPES,
+    ndim: int | None = None,
+    min_ndim: int | None = None,
+) -> torch.Tensor:
+    """Check that ``x`` is a tensor on tilebook's device with an allowed dtype and rank.
+
+    Raises :class:`TypeError` for a non-tensor or a wrong dtype and
+    :class:`ValueError` for a wrong device or rank.  Returns ``x``.
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(x).__name__}")
+    want = runtime.device()
+    if x.device.type != want.type:
+        hint = ".cuda()" if want.type == "cuda" else ".cpu()"
+        mode = "GPU mode" if runtime.is_gpu() else "CPU mode (Triton interpreter)"
+        raise ValueError(
+            f"{op}: {name} is on {x.device}, but tilebook runs in {mode} and needs "
+            f"{want.type} tensors; move it with {name}{hint}"
+        )
+    if dtypes is not None:
+        allowed = tuple(dtypes)
+        if x.dtype not in allowed:
+            raise TypeError(
+                f"{op}: {name} has dtype {str(x.dtype).removeprefix('torch.')}; "
+                f"supported: {_dtype_names(allowed)}"
+            )
+    if ndim is not None and x.dim() != ndim:
+        raise ValueError(f"{op}: {name} must have {ndim} dimensions, got shape {tuple(x.shape)}")
+    if min_ndim is not None and x.dim() < min_ndim:
+        raise ValueError(
+            f"{op}: {name} must have at least {min_ndim} dimension(s), got shape {tuple(x.shape)}"
+        )
+    return x
+
+
+def check_float_dtype(x: torch.Tensor, name: str, op: str) -> None:
+    """Check for one of the floating dtypes the kernels support (fp16, bf16, fp32)."""
+    check_tensor(x, name, op, dtypes=FLOAT_DTYPES)
+
+
+def check_same_shape(a: torch.Tensor, b: torch.Tensor, names: tuple[str, str], op: str) -> None:
+    """Check two tensors agree in shape, dtype and device (no implicit broadcasting)."""
+    na, nb = names
+    if a.shape != b.shape:
+        raise ValueError(
+            f"{op}: {na} and {nb} must have the same shape, got {tuple(a.shape)} and "
+            f"{tuple(b.shape)} (tilebook does not broadcast)"
+        )
+    if a.dtype != b.dtype:
+        raise TypeError(
+            f"{op}: {na} and {nb} must have the same dtype, got "
+            f"{str(a.dtype).removeprefix('torch.')} and {str(b.dtype).removeprefix('torch.')}"
+        )
+    if a.device != b.device:
+        raise ValueError(f"{op}: {na} and {nb} are on different devices ({a.device}, {b.device})")

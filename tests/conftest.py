@@ -1,0 +1,27 @@
+"""Shared test set-up: GPU-only tests skip themselves on a CPU build."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tilebook
+
+
+def pytest_collection_modifyitems(config, items):
+    if tilebook.is_gpu():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU; tilebook is in CPU (interpreter) mode")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def device() -> torch.device:
+    return tilebook.device()
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
