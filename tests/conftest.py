@@ -25,3 +25,11 @@ def device() -> torch.device:
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def built_site(tmp_path_factory):
+    """The site, built once in CPU mode: (html directory, build log)."""
+    from site_build import build_site
+
+    return build_site(tmp_path_factory.mktemp("site"))

@@ -6,12 +6,17 @@ on the CPU; see :mod:`tilebook.runtime`), and only then imports Triton.
 
 from . import runtime  # noqa: I001  (must run before anything imports triton)
 from .runtime import banner, device, get_runtime, is_gpu, is_interpreter, pick
+from . import aot, bench, check, ops
 from .ops.vector_add import vector_add
 
 __version__ = "0.1.0"
 
 __all__ = [
     "__version__",
+    "aot",
+    "bench",
+    "check",
+    "ops",
     "banner",
     "device",
     "get_runtime",

@@ -1,0 +1,133 @@
+"""Linear layer + activation on a GPU: tilebook.linear_act against PyTorch, bf16.
+
+Baselines, measured in the same run: ``F.gelu(F.linear(x, w, b))`` (what a model
+runs unfused: cuBLAS with its bias epilogue, then an element-wise kernel) and
+``F.linear`` alone (the matmul without the activation: the floor a fused kernel
+has to match).  Each implementation is checked against float64 first; FLOPs
+counted: 2*M*N*K (the activation's few per element are not counted).
+
+    PYTHONPATH=src python benchmarks/linear_act.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+import tilebook
+from tilebook.bench import measure
+from tilebook.ops.linear_act import linear_act
+
+DTYPE = torch.bfloat16
+TORCH_ACT: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "none": lambda t: t,
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
+    "silu": F.silu,
+}
+# (M, N, K, activation): the headline transformer-MLP shape, then a SwiGLU-sized one,
+# then a ragged batch (3 x 1001 tokens, 4095 outputs: odd rows take the pointer kernel).
+SHAPES = [
+    (8192, 4096, 4096, "gelu"),
+    (8192, 4096, 4096, "gelu_tanh"),
+    (4096, 11008, 4096, "silu"),
+    (3003, 4095, 4096, "gelu"),
+]
+QUICK_SHAPES = SHAPES[:1]
+
+
+def check(name: str, out: torch.Tensor, ref: torch.Tensor, tol: float = 1e-2) -> float:
+    # bf16 output rounding alone is ~2e-3 relative; a wrong tile shows up far above 1e-2.
+    err = ((out.double() - ref).norm() / ref.norm()).item()
+    if not err < tol:  # also catches NaN
+        raise AssertionError(f"{name}: relative error {err:.3g} (tolerance {tol})")
+    return err
+
+
+def _row(shape: str, act: str, impl: str, m: Any, **extra: Any) -> dict[str, Any]:
+    dtype = str(DTYPE).removeprefix("torch.")
+    return {
+        "kernel": f"linear+{act}",
+        "shape": shape,
+        "dtype": dtype,
+        "impl": impl,
+        **extra,
+        **m.as_row(),
+    }
+
+
+def _bench_shape(m: int, n: int, k: int, act: str) -> list[dict]:
+    shape = f"{m}x{n}x{k}"
+    x = torch.randn(m, k, device="cuda", dtype=DTYPE)
+    w = torch.randn(n, k, device="cuda", dtype=DTYPE) / k**0.5
+    b = torch.randn(n, device="cuda", dtype=DTYPE)
+    act_fn = TORCH_ACT[act]
+    ref = act_fn(F.linear(x.double(), w.double(), b.double()))
+    err = check(f"linear_act {act} {shape}", linear_act(x, w, b, act), ref)
+    check(f"unfused {act} {shape}", act_fn(F.linear(x, w, b)), ref)
+    del ref
+    flops = 2 * m * n * k
+    return [
+        _row(
+            shape,
+            act,
+            "tilebook",
+            measure(lambda: linear_act(x, w, b, act), flops=flops),
+            rel_err=err,
+        ),
+        _row(shape, act, "unfused", measure(lambda: act_fn(F.linear(x, w, b)), flops=flops)),
+        _row(shape, act, "F.linear", measure(lambda: F.linear(x, w, b), flops=flops)),
+    ]
+
+
+def run(quick: bool = False) -> list[dict]:
+    """Check, then time, linear_act against the unfused PyTorch pair and F.linear alone."""
+    if not tilebook.is_gpu():
+        raise RuntimeError("benchmarks/linear_act.py needs a CUDA GPU")
+    rows: list[dict] = []
+    for m, n, k, act in QUICK_SHAPES if quick else SHAPES:
+        rows += _bench_shape(m, n, k, act)
+        torch.cuda.empty_cache()
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    """One line per activation and shape: TFLOP/s, and each baseline's time / tilebook's."""
+    impls = ("tilebook", "unfused", "F.linear")
+    out = [
+        f"{'kernel':<16} {'shape':>16} "
+        + " ".join(f"{i:>9}" for i in impls)
+        + f" {'x unfused':>9} {'x linear':>9}  (TFLOP/s; ratio = baseline time / tilebook time)"
+    ]
+    for kernel, shape in dict.fromkeys((r["kernel"], r["shape"]) for r in rows):
+        by = {r["impl"]: r for r in rows if r["kernel"] == kernel and r["shape"] == shape}
+        cells = " ".join(f"{by[i]['tflops']:9.0f}" for i in impls)
+        ours = by["tilebook"]["median_ms"]
+        ratios = " ".join(f"{by[i]['median_ms'] / ours:9.2f}" for i in impls[1:])
+        out.append(f"{kernel:<16} {shape:>16} {cells} {ratios}")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="the headline shape only")
+    p.add_argument("--json", help="write the rows to this file")
+    args = p.parse_args(argv)
+    print(tilebook.banner(), flush=True)
+    rows = run(quick=args.quick)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,325 @@
+"""Matrix multiplication on a GPU: tilebook.matmul against cuBLAS (torch.matmul), bf16.
+
+Each shape is checked against a float64 product on the GPU before it is timed;
+FLOPs counted: 2*M*N*K.  Square sizes take the persistent TMA kernel on a Hopper
+GPU; the odd ragged shape (rows not 16-byte aligned) takes the pointer kernel.
+
+    PYTHONPATH=src python benchmarks/matmul.py            # table, ratio vs cuBLAS
+    PYTHONPATH=src python benchmarks/matmul.py --sweep    # fixed configs behind the tables
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import sys
+import time
+from typing import Any
+
+import torch
+import triton
+
+import tilebook
+from tilebook.bench import measure
+from tilebook.ops import matmul as mm
+
+DTYPE = torch.bfloat16
+# (M, N, K): square sizes, then ragged ones: aligned rows (TMA path), odd rows (pointer path).
+SHAPES = [
+    (2048, 2048, 2048),
+    (4096, 4096, 4096),
+    (8192, 8192, 8192),
+    (3000, 5000, 2000),
+    (4095, 4097, 4093),
+]
+QUICK_SHAPES = [(4096, 4096, 4096), (3000, 5000, 2000)]
+
+
+def _shape(m: int, n: int, k: int) -> str:
+    return f"{m}x{n}x{k}"
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """‖out − ref‖ / ‖ref‖ in float64; NaN anywhere gives NaN."""
+    return ((out.double() - ref).norm() / ref.norm()).item()
+
+
+def check(name: str, out: torch.Tensor, ref: torch.Tensor, tol: float = 1e-2) -> float:
+    # bf16 output rounding alone is ~2e-3 relative; a wrong tile shows up far above 1e-2.
+    err = rel_err(out, ref)
+    if not err < tol:  # also catches NaN
+        raise AssertionError(f"{name}: relative error {err:.3g} (tolerance {tol})")
+    return err
+
+
+def _row(shape: str, impl: str, m: Any, **extra: Any) -> dict[str, Any]:
+    dtype = str(DTYPE).removeprefix("torch.")
+    return {"kernel": "matmul", "shape": shape, "dtype": dtype, "impl": impl, **extra, **m.as_row()}
+
+
+def _bench_shape(m: int, n: int, k: int) -> list[dict]:
+    shape = _shape(m, n, k)
+    a = torch.randn(m, k, device="cuda", dtype=DTYPE)
+    b = torch.randn(k, n, device="cuda", dtype=DTYPE)
+    ref = a.double() @ b.double()
+    err = check(f"matmul {shape}", mm.matmul(a, b), ref)
+    check(f"torch.matmul {shape}", torch.matmul(a, b), ref)
+    del ref
+    flops = 2 * m * n * k
+    return [
+        _row(shape, "tilebook", measure(lambda: mm.matmul(a, b), flops=flops), rel_err=err),
+        _row(shape, "cuBLAS", measure(lambda: torch.matmul(a, b), flops=flops)),
+    ]
+
+
+def run(quick: bool = False) -> list[dict]:
+    """Check, then time, tilebook.matmul and torch.matmul on a GPU."""
+    if not tilebook.is_gpu():
+        raise RuntimeError("benchmarks/matmul.py needs a CUDA GPU")
+    rows: list[dict] = []
+    for m, n, k in QUICK_SHAPES if quick else SHAPES:
+        rows += _bench_shape(m, n, k)
+        torch.cuda.empty_cache()
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    """One line per shape: TFLOP/s of each implementation, and baseline time / tilebook time."""
+    impls = ("tilebook", "cuBLAS")
+    head = " ".join(f"{i:>10}" for i in impls)
+    out = [
+        f"{'kernel':<8} {'shape':>16} {head} {'ratio':>6}  (TFLOP/s; ratio = cuBLAS / tilebook time)"
+    ]
+    for kernel, shape in dict.fromkeys((r["kernel"], r["shape"]) for r in rows):
+        by = {r["impl"]: r for r in rows if r["kernel"] == kernel and r["shape"] == shape}
+        cells = " ".join(f"{by[i]['tflops']:10.0f}" for i in impls)
+        ratio = by["cuBLAS"]["median_ms"] / by["tilebook"]["median_ms"]
+        out.append(f"{kernel:<8} {shape:>16} {cells} {ratio:6.2f}")
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------------- the sweep
+# Fixed configurations, launched directly (no autotuner), on the square sizes and on
+# linear_act's headline shape.  This is where the config lists in ops/matmul.py come from.
+
+
+def _tma(bm, bn, bk, w, s, split, flat=True, persistent=True, group=8) -> dict:
+    return {
+        "kind": "tma",
+        "bm": bm,
+        "bn": bn,
+        "bk": bk,
+        "w": w,
+        "s": s,
+        "split": split,
+        "flat": flat,
+        "persistent": persistent,
+        "group": group,
+    }
+
+
+def _ptr(bm, bn, bk, w, s, group=8) -> dict:
+    return {"kind": "ptr", "bm": bm, "bn": bn, "bk": bk, "w": w, "s": s, "group": group}
+
+
+CANDIDATES = [
+    _tma(128, 256, 64, 8, 3, True),
+    _tma(128, 256, 64, 8, 4, True),
+    _tma(128, 256, 64, 8, 3, True, flat=False),
+    _tma(128, 256, 64, 8, 4, True, flat=False),
+    _tma(128, 256, 64, 8, 3, False),
+    _tma(128, 128, 64, 8, 4, False),
+    _tma(128, 128, 64, 4, 4, False),
+    _tma(128, 128, 64, 8, 5, False),
+    _tma(256, 128, 64, 8, 3, True),
+    _tma(128, 128, 128, 8, 3, False),
+    _tma(128, 256, 64, 8, 4, True, group=16),
+    _tma(128, 256, 64, 8, 3, True, persistent=False),
+    _tma(128, 256, 64, 8, 4, True, persistent=False),
+    _tma(128, 128, 64, 8, 4, False, persistent=False),
+    _ptr(128, 256, 64, 8, 3),
+    _ptr(128, 256, 64, 8, 4),
+    _ptr(128, 128, 64, 8, 4),
+    _ptr(128, 128, 64, 4, 4),
+]
+# ("mm", M, N, K): a @ b, both row-major; ("linear", ...): gelu(x @ w.T + bias).
+SWEEP_PROBLEMS = [
+    ("mm", 2048, 2048, 2048),
+    ("mm", 4096, 4096, 4096),
+    ("mm", 8192, 8192, 8192),
+    ("linear", 8192, 4096, 4096),
+]
+
+
+def _launch_fixed(v: dict, a, b, c, bias, act: str) -> None:
+    """One launch of a fixed config (what the autotuner would do for that config)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    M, K = a.shape
+    N = b.shape[1]
+    bias_arg = bias if bias is not None else c
+    common = {
+        "BLOCK_M": v["bm"],
+        "BLOCK_N": v["bn"],
+        "BLOCK_K": v["bk"],
+        "GROUP_M": v["group"],
+        "HAS_BIAS": bias is not None,
+        "ACTIVATION": act,
+        "num_warps": v["w"],
+        "num_stages": v["s"],
+    }
+    if v["kind"] == "ptr":
+        grid = (triton.cdiv(M, v["bm"]) * triton.cdiv(N, v["bn"]),)
+        mm.matmul_kernel[grid](
+            a,
+            b,
+            c,
+            bias_arg,
+            M,
+            N,
+            K,
+            *a.stride(),
+            *b.stride(),
+            *c.stride(),
+            EVEN_K=K % v["bk"] == 0,
+            INT64=False,
+            **common,
+        )
+        return
+    a_t, b_t = mm._tma_layout(a), mm._tma_layout(b)
+    bm, bn, bk = v["bm"], v["bn"], v["bk"]
+    a_src = a.t() if a_t else a
+    b_src = b.t() if b_t else b
+    a_desc = TensorDescriptor(
+        a_src, list(a_src.shape), list(a_src.stride()), [bk, bm] if a_t else [bm, bk]
+    )
+    b_desc = TensorDescriptor(
+        b_src, list(b_src.shape), list(b_src.stride()), [bn, bk] if b_t else [bk, bn]
+    )
+    c_desc = TensorDescriptor(c, [M, N], list(c.stride()), [bm, bn // 2 if v["split"] else bn])
+    tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+    n_prog = min(mm._num_programs(a.device), tiles) if v["persistent"] else tiles
+    mm.matmul_tma_kernel[(n_prog,)](
+        a_desc,
+        b_desc,
+        c_desc,
+        bias_arg,
+        M,
+        N,
+        K,
+        A_T=a_t,
+        B_T=b_t,
+        NUM_PROGRAMS=n_prog,
+        SPLIT_N=v["split"],
+        FLATTEN=v["flat"],
+        **common,
+    )
+
+
+def _problem(kind: str, m: int, n: int, k: int):
+    a = torch.randn(m, k, device="cuda", dtype=DTYPE)
+    if kind == "mm":
+        return a, torch.randn(k, n, device="cuda", dtype=DTYPE), None, "none"
+    w = torch.randn(n, k, device="cuda", dtype=DTYPE) / k**0.5
+    return a, w.t(), torch.randn(n, device="cuda", dtype=DTYPE), "gelu"
+
+
+def _precompile(i: int) -> tuple[int, list[str]]:
+    # In a worker process: compiling fills Triton's on-disk cache for the timing process.
+    v, out = CANDIDATES[i], []
+    for kind, m, n, k in SWEEP_PROBLEMS:
+        a, b, bias, act = _problem(kind, m, n, k)
+        c = torch.empty(m, n, device="cuda", dtype=DTYPE)
+        try:
+            _launch_fixed(v, a, b, c, bias, act)
+            torch.cuda.synchronize()
+            out.append("ok")
+        except Exception as exc:  # noqa: BLE001  (a config that does not fit is a result)
+            out.append(f"{type(exc).__name__}: {str(exc)[:120]}")
+    return i, out
+
+
+def _describe(v: dict) -> str:
+    s = f"{v['kind']} {v['bm']}x{v['bn']}x{v['bk']} w{v['w']} s{v['s']} g{v['group']}"
+    if v["kind"] == "tma":
+        s += " split" * v["split"] + " flat" * v["flat"] + " persist" * v["persistent"]
+    return s
+
+
+def _sweep_problem(kind: str, m: int, n: int, k: int, deadline: float) -> list[dict]:
+    import torch.nn.functional as F
+
+    a, b, bias, act = _problem(kind, m, n, k)
+    c = torch.empty(m, n, device="cuda", dtype=DTYPE)
+    shape, flops = _shape(m, n, k), 2 * m * n * k
+    ref = a[:1024].double() @ b.double()  # the first 1024 rows are enough to catch a bad tile
+    if bias is not None:
+        ref = F.gelu(ref + bias.double())
+    if kind == "mm":
+        base = {"cuBLAS": lambda: torch.matmul(a, b)}
+    else:
+        w = b.t()
+        base = {
+            "unfused": lambda: F.gelu(F.linear(a, w, bias)),
+            "F.linear": lambda: F.linear(a, w, bias),
+        }
+    rows, res = [], []
+    for name, fn in base.items():
+        t = measure(fn, warmup=50, rep=200)
+        rows.append({"problem": kind, "shape": shape, "impl": name, **t.as_row()})
+        res.append((t.median_ms, name, 0.0))
+    for v in CANDIDATES:
+        if time.time() > deadline:
+            print("sweep: out of time", flush=True)
+            break
+        c.fill_(float("nan"))  # poison: an unwritten tile shows as NaN
+        try:
+            _launch_fixed(v, a, b, c, bias, act)
+            err = float("nan") if torch.isnan(c).any() else rel_err(c[:1024], ref)
+            t = measure(lambda v=v: _launch_fixed(v, a, b, c, bias, act), warmup=50, rep=200)
+        except Exception as exc:  # noqa: BLE001  (report the config and go on)
+            print(f"  {_describe(v)}: {type(exc).__name__} {str(exc)[:100]}", flush=True)
+            continue
+        name = _describe(v)
+        rows.append({"problem": kind, "shape": shape, "impl": name, "rel_err": err, **t.as_row()})
+        res.append((t.median_ms, name, err))
+    print(f"{kind} {shape}", flush=True)
+    for ms, name, err in sorted(res):
+        print(f"  {name:<46} {flops / ms / 1e9:5.0f} TFLOP/s  err {err:.1e}", flush=True)
+    return rows
+
+
+def sweep(budget_s: float = 300.0) -> list[dict]:
+    """Time every candidate on every sweep problem; print them best first."""
+    deadline = time.time() + budget_s
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(min(12, len(CANDIDATES))) as pool:
+        for i, res in pool.imap_unordered(_precompile, range(len(CANDIDATES))):
+            if any(r != "ok" for r in res):
+                print(f"precompile {_describe(CANDIDATES[i])}: {res}", flush=True)
+    rows: list[dict] = []
+    for kind, m, n, k in SWEEP_PROBLEMS:
+        rows += _sweep_problem(kind, m, n, k, deadline)
+        torch.cuda.empty_cache()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="two shapes only")
+    p.add_argument("--sweep", action="store_true", help="time fixed candidate configurations")
+    p.add_argument("--json", help="write the rows to this file")
+    args = p.parse_args(argv)
+    print(tilebook.banner(), flush=True)
+    rows = sweep() if args.sweep else run(quick=args.quick)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    if not args.sweep:
+        print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,275 @@
+"""Softmax on a GPU: tilebook against torch.softmax and torch.compile, bf16, large tensors.
+
+Every input is at least 256 MB so that the figures measure HBM, not L2.  Each
+implementation is checked against a float64 reference on the GPU before it is
+timed.  Bytes counted: forward reads x and writes y; backward reads y and dy and
+writes dx; each once.
+
+    PYTHONPATH=src python benchmarks/softmax.py            # table, ratio vs best baseline
+    PYTHONPATH=src python benchmarks/softmax.py --sweep    # the sweep behind the config tables
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+import tilebook
+from tilebook.bench import measure
+from tilebook.ops import softmax as sm
+
+DTYPE = torch.bfloat16
+# (rows, cols); 2**27 bf16 elements is 256 MB, the last shape is 512 MB.
+SHAPES = [
+    (524288, 256),
+    (262144, 512),
+    (131072, 1024),
+    (65536, 2048),
+    (32768, 4096),
+    (16384, 8192),
+    (8192, 16384),
+    (8192, 32768),
+]
+QUICK_SHAPES = [(131072, 1024), (32768, 4096), (8192, 32768)]
+
+
+def _shape(m: int, n: int) -> str:
+    return f"{m}x{n}"
+
+
+def _inputs(m: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    # Scaled so that rows have a real spread of probabilities, not a near-uniform one.
+    x = (torch.randn(m, n, device="cuda") * 4).to(DTYPE)
+    dy = torch.randn(m, n, device="cuda").to(DTYPE)
+    return x, dy
+
+
+def _fwd_ref(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x.double(), dim=-1)
+
+
+def _bwd_ref(y64: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+    dy64 = dy.double()
+    return y64 * (dy64 - (dy64 * y64).sum(-1, keepdim=True))
+
+
+def _check_fwd(name: str, y: torch.Tensor, ref: torch.Tensor) -> None:
+    # bf16 keeps 8 significant bits: 2**-8 relative is one rounding step.
+    torch.testing.assert_close(y.double(), ref, rtol=8e-3, atol=1e-6, msg=lambda m: f"{name}: {m}")
+
+
+def _check_bwd(name: str, dx: torch.Tensor, ref: torch.Tensor) -> None:
+    # dy - sum(dy * y) can cancel, so compare per row relative to the row's norm.
+    err = (dx.double() - ref).norm(dim=-1) / ref.norm(dim=-1).clamp_min(1e-30)
+    if not bool(err.max() < 2e-2):
+        raise AssertionError(f"{name}: worst row relative error {err.max().item():.3g}")
+
+
+def _tilebook_bwd(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+    # What SoftmaxFunction.backward does, without the autograd engine around it.
+    return sm.launch_softmax_backward(y, dy, torch.empty_like(y))
+
+
+def _torch_bwd(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return torch.ops.aten._softmax_backward_data(dy, y, -1, y.dtype)
+
+
+def _compiled(fn: Callable) -> Callable:
+    # A fresh compile per shape: no recompile limit, no switch to dynamic shapes.
+    torch._dynamo.reset()
+    return torch.compile(fn, dynamic=False)
+
+
+def _row(kernel: str, shape: str, impl: str, m: Any, **extra: Any) -> dict[str, Any]:
+    return {
+        "kernel": kernel,
+        "shape": shape,
+        "dtype": str(DTYPE).removeprefix("torch."),
+        "impl": impl,
+        **extra,
+        **m.as_row(),
+    }
+
+
+def _bench_shape(m: int, n: int) -> list[dict]:
+    shape = _shape(m, n)
+    x, dy = _inputs(m, n)
+    nbytes = x.numel() * x.element_size()
+    rows = []
+    ref = _fwd_ref(x)
+    comp = _compiled(lambda t: torch.softmax(t, -1))
+    fwd = {
+        "tilebook": lambda: sm.softmax(x, -1),
+        "torch": lambda: torch.softmax(x, -1),
+        "torch.compile": lambda: comp(x),
+    }
+    for impl, fn in fwd.items():
+        _check_fwd(f"softmax_fwd {impl} {shape}", fn(), ref)
+        rows.append(_row("softmax_fwd", shape, impl, measure(fn, bytes_moved=2 * nbytes)))
+    y = torch.softmax(x, -1)
+    ref = _bwd_ref(ref, dy)
+    comp_bwd = _compiled(_torch_bwd)
+    bwd = {
+        "tilebook": lambda: _tilebook_bwd(y, dy),
+        "torch": lambda: _torch_bwd(dy, y),
+        "torch.compile": lambda: comp_bwd(dy, y),
+    }
+    for impl, fn in bwd.items():
+        _check_bwd(f"softmax_bwd {impl} {shape}", fn(), ref)
+        rows.append(_row("softmax_bwd", shape, impl, measure(fn, bytes_moved=3 * nbytes)))
+    return rows
+
+
+def run(quick: bool = False) -> list[dict]:
+    """Check, then time, forward and backward of the three implementations on a GPU."""
+    if not tilebook.is_gpu():
+        raise RuntimeError("benchmarks/softmax.py needs a CUDA GPU")
+    rows: list[dict] = []
+    for m, n in QUICK_SHAPES if quick else SHAPES:
+        rows += _bench_shape(m, n)
+        torch.cuda.empty_cache()
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    """One line per kernel and shape: GB/s of each implementation, ratio vs the best baseline."""
+    head = f"{'kernel':<12} {'shape':>12} {'tilebook':>9} {'torch':>9} {'compile':>9} {'ratio':>6}"
+    out = [head + "  (GB/s; ratio = best baseline time / tilebook time)"]
+    keys = dict.fromkeys((r["kernel"], r["shape"]) for r in rows)
+    for kernel, shape in keys:
+        by = {r["impl"]: r for r in rows if r["kernel"] == kernel and r["shape"] == shape}
+        best = min(by[i]["median_ms"] for i in ("torch", "torch.compile") if i in by)
+        ratio = best / by["tilebook"]["median_ms"]
+        gb = [f"{by[i]['gbps']:9.0f}" if i in by else f"{'-':>9}" for i in
+              ("tilebook", "torch", "torch.compile")]  # fmt: skip
+        out.append(f"{kernel:<12} {shape:>12} {' '.join(gb)} {ratio:6.2f}")
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------------- the sweep
+
+
+def _candidates(n: int, backward: bool) -> list[sm.SoftmaxConfig]:
+    """Configurations worth timing for rows of n elements (n a power of two)."""
+    c = sm.SoftmaxConfig
+    out: list[sm.SoftmaxConfig] = []
+    if n <= 2048:
+        pairs = [(4096, 4), (4096, 8), (8192, 8), (8192, 16)] if backward else [
+            (4096, 4), (8192, 4), (8192, 8), (16384, 8), (16384, 16)]  # fmt: skip
+        out += [c(max(1, t // n), n, w) for t, w in pairs]
+        if not backward and n in (256, 1024):
+            out.append(c(8192 // n, n, 8, num_stages=2, ctas_per_sm=4))
+    elif n == 4096:
+        out += [c(bm, n, w) for bm, w in [(1, 4), (1, 8), (2, 8), (2, 16)]]
+        if not backward:
+            out += [c(4, 4096, 16), c(2, 4096, 8, num_stages=2, ctas_per_sm=4)]
+    elif n == 8192:
+        out += [c(1, n, w) for w in (8, 16, 32)]
+        if not backward:
+            out.append(c(2, n, 16))
+    else:
+        warps = (32,) if backward and n == 32768 else (16, 32)
+        out += [c(1, n, w) for w in warps]
+        if not backward:
+            out += [c(1, n, w, num_stages=2, ctas_per_sm=1) for w in (16, 32)]
+    if n >= 8192:
+        online = [(4096, 4, 8), (4096, 8, 4), (8192, 16, 2)]
+        if not backward:
+            online += [(8192, 8, 4), (4096, 8, None)]
+        out += [c(1, b, w, online=True, ctas_per_sm=k) for b, w, k in online]
+        out.append(c(1, 4096, 8, num_stages=2, online=True, ctas_per_sm=4))
+    return out
+
+
+def _short(cfg: sm.SoftmaxConfig) -> str:
+    kind = "online" if cfg.online else "single"
+    return (f"{kind} bm={cfg.block_m} bn={cfg.block_n} w={cfg.num_warps} "
+            f"st={cfg.num_stages} ctas={cfg.ctas_per_sm}")  # fmt: skip
+
+
+def _sweep_width(n: int, deadline: float) -> list[dict]:
+    m = 2**27 // n
+    shape = _shape(m, n)
+    x, dy = _inputs(m, n)
+    nbytes = x.numel() * x.element_size()
+    y_ref = torch.softmax(x, -1)
+    dx_ref = _torch_bwd(dy, y_ref).float()
+    comp_f = _compiled(lambda t: torch.softmax(t, -1))
+    comp_b = _compiled(_torch_bwd)
+    base = {
+        ("fwd", "torch"): lambda: torch.softmax(x, -1),
+        ("fwd", "torch.compile"): lambda: comp_f(x),
+        ("bwd", "torch"): lambda: _torch_bwd(dy, y_ref),
+        ("bwd", "torch.compile"): lambda: comp_b(dy, y_ref),
+    }
+    rows: list[dict] = []
+    best_base: dict[str, float] = {}
+    for (d, impl), fn in base.items():
+        t = measure(fn, warmup=10, rep=40).median_ms
+        best_base[d] = min(best_base.get(d, float("inf")), t)
+        rows.append({"dir": d, "n": n, "impl": impl, "ms": t})
+    for d in ("fwd", "bwd"):
+        results = []
+        out = torch.empty_like(x)
+        for cfg in _candidates(n, backward=d == "bwd"):
+            if time.time() > deadline:
+                print(f"sweep: out of time, skipping the rest of {d} n={n}", flush=True)
+                break
+            if d == "fwd":
+                fn = lambda cfg=cfg, out=out: sm.launch_softmax_forward(x, out, cfg)
+                ok = (fn().float() - y_ref.float()).abs().max().item() < 1e-2
+            else:
+                fn = lambda cfg=cfg, out=out: sm.launch_softmax_backward(y_ref, dy, out, cfg)
+                err = (fn().float() - dx_ref).abs().max().item()
+                ok = err < 2e-2 * dx_ref.abs().max().item()
+            t = measure(fn, warmup=10, rep=40).median_ms
+            results.append((t, cfg, ok))
+            rows.append({"dir": d, "n": n, "impl": _short(cfg), "ms": t, "ok": ok})
+        results.sort(key=lambda r: r[0])
+        moved = (2 if d == "fwd" else 3) * nbytes
+        print(f"{d} {shape}: torch/compile best {best_base[d]:.4f} ms "
+              f"{moved / best_base[d] / 1e6:.0f} GB/s", flush=True)  # fmt: skip
+        for t, cfg, ok in results[:4]:
+            print(f"  {_short(cfg):<50} {t:7.4f} ms {moved / t / 1e6:5.0f} GB/s "
+                  f"x{best_base[d] / t:4.2f}{'' if ok else ' WRONG'}", flush=True)  # fmt: skip
+    return rows
+
+
+def sweep(budget_s: float = 330.0, widths: list[int] | None = None) -> list[dict]:
+    """Time every candidate configuration per row length; print the best few per width."""
+    deadline = time.time() + budget_s
+    rows: list[dict] = []
+    # The long rows first: they are the hard cases, and the budget may run out.
+    for n in widths or [32768, 16384, 8192, 256, 4096, 1024, 2048, 512]:
+        if time.time() > deadline:
+            break
+        rows += _sweep_width(n, deadline)
+        torch.cuda.empty_cache()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="three shapes only")
+    p.add_argument("--sweep", action="store_true", help="time candidate configurations")
+    p.add_argument("--budget", type=float, default=330.0, help="seconds the sweep may take")
+    p.add_argument("--json", help="write the rows to this file")
+    args = p.parse_args(argv)
+    print(tilebook.banner(), flush=True)
+    rows = sweep(args.budget) if args.sweep else run(quick=args.quick)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    if not args.sweep:
+        print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

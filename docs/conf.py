@@ -1,0 +1,150 @@
+"""Sphinx configuration for the tilebook site."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+# Importing tilebook chooses GPU or interpreter mode before anything imports
+# Triton; the build log then says which one this build ran in.
+import tilebook
+
+print(tilebook.banner(), flush=True)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+project = "tilebook"
+author = "the tilebook team"
+copyright = "2026, the tilebook team"
+release = version = tilebook.__version__
+
+extensions = [
+    "sphinx.ext.autodoc",
+    "sphinx.ext.autosummary",
+    "sphinx.ext.napoleon",
+    "sphinx.ext.intersphinx",
+    "sphinx.ext.mathjax",
+    "sphinx.ext.viewcode",
+    "myst_parser",
+    "sphinx_design",
+    "sphinx_copybutton",
+    "sphinx_gallery.gen_gallery",
+]
+
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+exclude_patterns = ["_build", "**.ipynb_checkpoints", "lessons/**/*.py", "lessons/**/*.ipynb"]
+myst_enable_extensions = ["colon_fence", "deflist", "dollarmath"]
+myst_heading_anchors = 3
+
+autodoc_typehints = "description"
+autodoc_member_order = "bysource"
+autosummary_generate = True
+napoleon_numpy_docstring = True
+napoleon_google_docstring = False
+nitpicky = False
+# Intersphinx needs the network; the build must work offline, so it is off
+# unless TILEBOOK_INTERSPHINX=1.
+intersphinx_mapping = (
+    {
+        "python": ("https://docs.python.org/3", None),
+        "torch": ("https://pytorch.org/docs/stable", None),
+    }
+    if os.environ.get("TILEBOOK_INTERSPHINX") == "1"
+    else {}
+)
+
+part_dirs = [
+    "../gallery/01_the_model",
+    "../gallery/02_the_dsl",
+    "../gallery/03_real_kernels",
+    "../gallery/04_flagship",
+    "../gallery/05_production",
+]
+
+sphinx_gallery_conf = {
+    "examples_dirs": ["../gallery"],
+    "gallery_dirs": ["lessons"],
+    # Every lesson is named NN_name.py and every one is executed.
+    "filename_pattern": r"/\d\d_\w+\.py$",
+    "ignore_pattern": r"(__init__|conftest)\.py",
+    "subsection_order": part_dirs,
+    "within_subsection_order": "FileNameSortKey",
+    "download_all_examples": True,
+    "capture_repr": ("_repr_html_", "__repr__"),
+    "image_scrapers": ("matplotlib",),
+    "matplotlib_animations": False,
+    "remove_config_comments": True,
+    "doc_module": ("tilebook",),
+    "backreferences_dir": "api/generated/backrefs",
+    "reference_url": {"tilebook": None},
+    "abort_on_example_error": True,
+    "only_warn_on_example_error": False,
+    "show_memory": False,
+    "min_reported_time": 0,
+    "first_notebook_cell": (
+        "# Run on a CUDA GPU for live measurements, or on any CPU through Triton's\n"
+        "# interpreter. Needs the tilebook package: pip install tilebook"
+    ),
+}
+
+html_theme = "pydata_sphinx_theme"
+html_title = "tilebook"
+html_static_path = ["_static"]
+html_favicon = "_static/favicon.svg"
+html_logo = "_static/favicon.svg"
+html_css_files = ["tilebook.css"]
+html_theme_options = {
+    "navbar_align": "left",
+    "show_toc_level": 2,
+    "navigation_with_keys": False,
+    "header_links_before_dropdown": 6,
+    "secondary_sidebar_items": ["page-toc", "sg_download_links", "sg_launcher_links"],
+    "footer_start": ["copyright"],
+    "footer_end": ["theme-version"],
+}
+html_sidebars = {"syllabus": [], "index": []}
+html_context = {"default_mode": "auto"}
+html_show_sourcelink = False
+
+
+# -- A directive that lists the committed GPU records with their provenance --------
+from docutils import nodes
+from docutils.parsers.rst import Directive
+
+
+class RecordsTable(Directive):
+    has_content = False
+
+    def run(self):
+        from tilebook.bench import RECORDS_DIR, load_record
+
+        names = sorted(p.stem for p in RECORDS_DIR.glob("*.json"))
+        if not names:
+            return [nodes.paragraph(text="No GPU record has been committed yet.")]
+        table = nodes.table()
+        group = nodes.tgroup(cols=4)
+        table += group
+        for _ in range(4):
+            group += nodes.colspec(colwidth=1)
+        head, body = nodes.thead(), nodes.tbody()
+        group += head
+        group += body
+
+        def row(cells, parent):
+            r = nodes.row()
+            for text in cells:
+                entry = nodes.entry()
+                entry += nodes.paragraph(text=str(text))
+                r += entry
+            parent += r
+
+        row(["record", "what", "points", "provenance"], head)
+        for name in names:
+            rec = load_record(name, RECORDS_DIR)
+            row([name, rec.title, len(rec.rows), rec.caption()], body)
+        return [table]
+
+
+def setup(app):
+    app.add_directive("tilebook-records", RecordsTable)

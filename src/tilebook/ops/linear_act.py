@@ -1,0 +1,78 @@
+"""A linear layer and its activation in one kernel: ``act(x @ weight.T + bias)``.
+
+Unfused, PyTorch writes the ``(M, N)`` product to memory and an element-wise
+kernel reads it back to apply the activation.  Here the bias and the activation
+run on the float32 accumulator in registers, and the output is stored once: the
+matmul kernels of :mod:`tilebook.ops.matmul` with their epilogue switched on.
+``weight`` is read in place as ``weight.T`` (a transposed view, no copy).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..validation import check_tensor
+from .matmul import ACTIVATIONS, MM_DTYPES, _check_activation, _check_pair, _run
+
+__all__ = ["ACTIVATIONS", "linear_act"]
+
+_OP = "linear_act"
+
+
+def linear_act(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str = "gelu",
+    *,
+    impl: str = "auto",
+) -> torch.Tensor:
+    """Return ``activation(torch.nn.functional.linear(x, weight, bias))`` from one kernel.
+
+    Parameters
+    ----------
+    x
+        Input ``(..., K)``: any number of leading batch dimensions (flattened into
+        the M dimension of one matrix product).
+    weight
+        ``(N, K)``, as stored by ``torch.nn.Linear``.
+    bias
+        Optional ``(N,)``.
+    activation
+        ``"none"``, ``"relu"``, ``"gelu"`` (erf form, as
+        ``F.gelu(approximate="none")``), ``"gelu_tanh"`` (as
+        ``F.gelu(approximate="tanh")``) or ``"silu"``.
+    impl
+        ``"auto"``, ``"tma"`` or ``"pointer"``; see :func:`tilebook.ops.matmul.fused_matmul`.
+
+    All tensors share one dtype: float16 or bfloat16 (float32 also works, through
+    TF32 on a GPU).  The result has shape ``(..., N)`` and the input dtype.
+
+    Examples
+    --------
+    >>> y = tilebook.linear_act(x, layer.weight, layer.bias, "gelu")   # doctest: +SKIP
+    """
+    check_tensor(x, "x", _OP, dtypes=MM_DTYPES, min_ndim=1)
+    check_tensor(weight, "weight", _OP, dtypes=MM_DTYPES, ndim=2)
+    _check_pair(x, weight, ("x", "weight"), _OP)
+    if x.shape[-1] != weight.shape[1]:
+        raise ValueError(
+            f"{_OP}: x has {x.shape[-1]} features in its last dimension but weight "
+            f"{tuple(weight.shape)} expects {weight.shape[1]} (weight is (out, in))"
+        )
+    if bias is not None:
+        check_tensor(bias, "bias", _OP, dtypes=MM_DTYPES, ndim=1)
+        _check_pair(x, bias, ("x", "bias"), _OP)
+        if bias.shape[0] != weight.shape[0]:
+            raise ValueError(
+                f"{_OP}: bias must have shape ({weight.shape[0]},) to match weight "
+                f"{tuple(weight.shape)}, got {tuple(bias.shape)}"
+            )
+    activation = _check_activation(activation, _OP)
+    if impl not in ("auto", "tma", "pointer"):
+        raise ValueError(f"{_OP}: impl must be 'auto', 'tma' or 'pointer', got {impl!r}")
+
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, x.shape[-1])  # a view whenever the batch dimensions allow one
+    y = _run(x2, weight.t(), bias, activation, impl, _OP)
+    return y.reshape(*lead, weight.shape[0])

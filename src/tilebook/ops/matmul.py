@@ -1,0 +1,557 @@
+"""Matrix multiplication with a fused epilogue: ``act(a @ b + bias)`` in one kernel.
+
+Two kernels compute the same thing:
+
+* :func:`matmul_kernel` loads tiles through pointers with arbitrary strides and
+  masks, so it takes any shape, any layout and float32 (through TF32).  One
+  program owns one ``BLOCK_M x BLOCK_N`` tile of the output.
+* :func:`matmul_tma_kernel` is the Hopper path: host-side tensor descriptors let
+  the copy engine (TMA) fetch tiles, with zero fill past the edges, and a
+  persistent grid of one program per SM walks the tiles, so that one tile's
+  epilogue overlaps the next tile's loads.  It needs 16-bit inputs whose rows are
+  16-byte aligned; everything else takes the pointer kernel.
+
+Both visit tiles in grouped order (``GROUP_M`` rows of tiles at a time), keep
+the accumulator in float32, and apply the bias and the activation in registers
+before the single store: that fusion is what :func:`tilebook.linear_act` sells.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from .. import runtime
+from ..validation import check_tensor
+
+try:  # host-side descriptors arrived in Triton 3.4; older versions use the pointer kernel
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # pragma: no cover - depends on the installed Triton
+    TensorDescriptor = None
+
+__all__ = [
+    "ACTIVATIONS",
+    "compile_ahead",
+    "fused_matmul",
+    "matmul",
+    "matmul_kernel",
+    "matmul_tma_kernel",
+]
+
+ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
+MM_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_TMA_DTYPES = (torch.float16, torch.bfloat16)
+_INT32_LIMIT = 2**31
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+@triton.jit
+def _tile_coords(tile, num_m, num_n, GROUP_M: tl.constexpr):
+    # Consecutive tiles walk down GROUP_M rows of tiles before moving right, so the
+    # programs in flight at once share rows of A and columns of B in L2.
+    per_group = GROUP_M * num_n
+    first_m = (tile // per_group) * GROUP_M
+    rows = tl.minimum(num_m - first_m, GROUP_M)
+    pid_m = first_m + (tile % per_group) % rows
+    pid_n = (tile % per_group) // rows
+    return pid_m, pid_n
+
+
+@triton.jit
+def _activation(x, ACTIVATION: tl.constexpr):
+    if ACTIVATION == "relu":
+        x = tl.maximum(x, 0.0)
+    elif ACTIVATION == "gelu":
+        x = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
+    elif ACTIVATION == "gelu_tanh":
+        # 0.5 * x * (1 + tanh(u)) == x * sigmoid(2u): no tanh, which would need libdevice
+        u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+        x = x * tl.sigmoid(2.0 * u)
+    elif ACTIVATION == "silu":
+        x = x * tl.sigmoid(x)
+    return x
+
+
+@triton.jit
+def _epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr):
+    # Runs on the float32 accumulator while it is still in registers.
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0)
+        acc = acc + bias.to(tl.float32)[None, :]
+    return _activation(acc, ACTIVATION)
+
+
+@triton.jit
+def matmul_kernel(
+    a_ptr,  # (M, K), any strides
+    b_ptr,  # (K, N), any strides
+    c_ptr,  # (M, N) output, any strides
+    bias_ptr,  # (N,) contiguous, or anything when HAS_BIAS is False
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr,  # one of ACTIVATIONS
+    EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no mask along K
+    INT64: tl.constexpr,  # element offsets may pass 2**31 - 1
+):
+    tl.static_assert(BLOCK_K >= 16, "tl.dot needs K tiles of at least 16")
+    pid = tl.program_id(axis=0)
+    pid_m, pid_n = _tile_coords(pid, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    if INT64:
+        offs_m = offs_m.to(tl.int64)
+        offs_n = offs_n.to(tl.int64)
+    # Masks rather than clamped indices: a clamped index breaks the contiguity that
+    # vectorised loads need when M or N is the unit-stride dimension.
+    mask_m = offs_m[:, None] < M
+    mask_n = offs_n[None, :] < N
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(tl.cdiv(K, BLOCK_K)):
+        if EVEN_K:
+            a = tl.load(a_ptrs, mask=mask_m, other=0.0)
+            b = tl.load(b_ptrs, mask=mask_n, other=0.0)
+        else:
+            k_left = K - k * BLOCK_K
+            a = tl.load(a_ptrs, mask=mask_m & (offs_k[None, :] < k_left), other=0.0)
+            b = tl.load(b_ptrs, mask=mask_n & (offs_k[:, None] < k_left), other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+
+    acc = _epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask_m & mask_n)
+
+
+@triton.jit
+def matmul_tma_kernel(
+    a_desc,  # descriptor of A (M, K), or of A^T (K, M) when A_T
+    b_desc,  # descriptor of B (K, N), or of B^T (N, K) when B_T
+    c_desc,  # descriptor of C (M, N); blocks of BLOCK_N // 2 columns when SPLIT_N
+    bias_ptr,
+    M,
+    N,
+    K,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    A_T: tl.constexpr,
+    B_T: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr,  # the persistent grid's size
+    SPLIT_N: tl.constexpr,  # store C in two halves: half the shared memory for the epilogue
+    FLATTEN: tl.constexpr,  # let the compiler pipeline across tiles, not only along K
+):
+    tl.static_assert(BLOCK_K >= 16, "tl.dot needs K tiles of at least 16")
+    num_m = tl.cdiv(M, BLOCK_M)
+    num_n = tl.cdiv(N, BLOCK_N)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    start = tl.program_id(axis=0)
+    # The epilogue recomputes its tile from a counter of its own: once the loops are
+    # flattened, the loads of the next tile may already be in flight.
+    out_tile = start - NUM_PROGRAMS
+    for tile in tl.range(start, num_m * num_n, NUM_PROGRAMS, flatten=FLATTEN):
+        pid_m, pid_n = _tile_coords(tile, num_m, num_n, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for kk in range(k_tiles):
+            off_k = kk * BLOCK_K
+            # The copy engine fills out-of-bounds elements with zeros: no masks.
+            a = a_desc.load([off_k, off_m]).T if A_T else a_desc.load([off_m, off_k])
+            b = b_desc.load([off_n, off_k]).T if B_T else b_desc.load([off_k, off_n])
+            acc = tl.dot(a, b, acc)
+
+        out_tile += NUM_PROGRAMS
+        pid_m, pid_n = _tile_coords(out_tile, num_m, num_n, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        if SPLIT_N:
+            # Finish one half at a time: fewer registers live in the activation.
+            half: tl.constexpr = BLOCK_N // 2
+            left, right = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, half)), (0, 2, 1)))
+            offs_n = off_n + tl.arange(0, half)
+            left = _epilogue(left, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
+            c_desc.store([off_m, off_n], left.to(c_desc.dtype))
+            right = _epilogue(right, bias_ptr, offs_n + half, N, HAS_BIAS, ACTIVATION)
+            c_desc.store([off_m, off_n + half], right.to(c_desc.dtype))
+        else:
+            offs_n = off_n + tl.arange(0, BLOCK_N)
+            acc = _epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
+            c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+
+
+# --------------------------------------------------------------------------- configs
+
+
+def _cfg(bm, bn, bk, warps, stages, group_m=8, **extra) -> triton.Config:
+    kw = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group_m, **extra}
+    return triton.Config(kw, num_warps=warps, num_stages=stages)
+
+
+def _set_tma_blocks(nargs) -> None:
+    """Autotune pre-hook: give the descriptors the block shapes of the config being run."""
+    bm, bn, bk = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["BLOCK_K"]
+    nargs["a_desc"].block_shape = [bk, bm] if nargs["A_T"] else [bm, bk]
+    nargs["b_desc"].block_shape = [bn, bk] if nargs["B_T"] else [bk, bn]
+    nargs["c_desc"].block_shape = [bm, bn // 2 if nargs["SPLIT_N"] else bn]
+
+
+def _tma_cfg(bm, bn, bk, warps, stages, split_n, flatten=True) -> triton.Config:
+    cfg = _cfg(bm, bn, bk, warps, stages, SPLIT_N=split_n, FLATTEN=flatten)
+    cfg.pre_hook = _set_tma_blocks
+    return cfg
+
+
+# GPU configs, pruned to a handful so that autotuning stays short (see the sweep in
+# benchmarks/matmul.py).  BLOCK_K stays >= 16 everywhere: tl.dot needs it.
+GPU_PTR_CONFIGS = [
+    _cfg(128, 256, 64, 8, 3),
+    _cfg(128, 128, 64, 8, 4),
+    _cfg(128, 128, 64, 4, 4),
+    _cfg(64, 128, 64, 4, 4),
+    _cfg(128, 128, 32, 8, 3),  # the float32 fall-back: 16 KB per operand per stage
+]
+GPU_TMA_CONFIGS = [
+    _tma_cfg(128, 256, 64, 8, 3, split_n=True),
+    _tma_cfg(128, 256, 64, 8, 4, split_n=True),
+    _tma_cfg(128, 128, 64, 8, 4, split_n=False),
+    _tma_cfg(128, 128, 64, 4, 4, split_n=False),
+]
+# The interpreter runs one config (autotuning would time nothing); small tiles keep the
+# emulated programs cheap.
+INTERPRETER_PTR_CONFIGS = [_cfg(32, 32, 32, 4, 1, group_m=4)]
+INTERPRETER_TMA_CONFIGS = [_tma_cfg(32, 32, 32, 4, 1, split_n=True)]
+if runtime.is_interpreter():
+    PTR_CONFIGS, TMA_CONFIGS = INTERPRETER_PTR_CONFIGS, INTERPRETER_TMA_CONFIGS
+else:
+    PTR_CONFIGS, TMA_CONFIGS = GPU_PTR_CONFIGS, GPU_TMA_CONFIGS
+
+_SMEM_BUDGET = 220 * 1024  # H100: 227 KB per block, minus room for barriers and layouts
+
+
+def _fits(cfg: triton.Config, elem: int) -> bool:
+    kw = cfg.kwargs
+    per_stage = (kw["BLOCK_M"] + kw["BLOCK_N"]) * kw["BLOCK_K"] * elem
+    return per_stage * max(cfg.num_stages, 1) <= _SMEM_BUDGET
+
+
+def _prune_ptr(configs, named_args, **kwargs):
+    # float32 doubles every tile: drop the configs that would not fit in shared memory.
+    elem = named_args["a_ptr"].element_size()
+    kept = [c for c in configs if _fits(c, elem)]
+    return kept or configs[-1:]
+
+
+_ptr_kernel = triton.autotune(
+    configs=PTR_CONFIGS,
+    key=["M", "N", "K", "HAS_BIAS", "ACTIVATION"],
+    prune_configs_by={"early_config_prune": _prune_ptr},
+)(triton.heuristics({"EVEN_K": lambda args: args["K"] % args["BLOCK_K"] == 0})(matmul_kernel))
+
+_tma_kernel = triton.autotune(
+    configs=TMA_CONFIGS,
+    key=["M", "N", "K", "A_T", "B_T", "HAS_BIAS", "ACTIVATION"],
+)(matmul_tma_kernel)
+
+
+# --------------------------------------------------------------------------- launchers
+
+
+@functools.cache
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def _num_programs(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 4  # the interpreter: a few programs, so each one walks several tiles
+    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def _tma_layout(t: torch.Tensor) -> bool | None:
+    """False if ``t`` is row-major enough for a descriptor, True if its transpose is, else None."""
+    elem = t.element_size()
+    if t.data_ptr() % 16:
+        return None
+    s0, s1 = t.stride()
+    if s1 == 1 and (s0 * elem) % 16 == 0 and s0 >= t.shape[1]:
+        return False
+    if s0 == 1 and (s1 * elem) % 16 == 0 and s1 >= t.shape[0]:
+        return True
+    return None
+
+
+def _tma_supported(device: torch.device) -> bool:
+    if TensorDescriptor is None:
+        return False
+    if device.type != "cuda":
+        return runtime.is_interpreter()
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def _launch_tma(a, b, c, bias, activation) -> bool:
+    """Run the Hopper kernel if the operands allow it; False means use the pointer kernel."""
+    a_t, b_t = _tma_layout(a), _tma_layout(b)
+    if a_t is None or b_t is None or _tma_layout(c) is not False:
+        return False
+    M, K = a.shape
+    N = b.shape[1]
+    placeholder = [16, 16]  # _set_tma_blocks puts in the real block shapes per config
+    a_src = a.t() if a_t else a
+    b_src = b.t() if b_t else b
+    a_desc = TensorDescriptor(a_src, list(a_src.shape), list(a_src.stride()), placeholder)
+    b_desc = TensorDescriptor(b_src, list(b_src.shape), list(b_src.stride()), placeholder)
+    c_desc = TensorDescriptor(c, [M, N], list(c.stride()), placeholder)
+    n_prog = _num_programs(a.device)
+
+    def grid(meta):
+        tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
+        return (min(n_prog, tiles),)
+
+    _tma_kernel[grid](
+        a_desc,
+        b_desc,
+        c_desc,
+        bias if bias is not None else c,
+        M,
+        N,
+        K,
+        A_T=a_t,
+        B_T=b_t,
+        HAS_BIAS=bias is not None,
+        ACTIVATION=activation,
+        NUM_PROGRAMS=n_prog,
+    )
+    return True
+
+
+def _max_offset(t: torch.Tensor) -> int:
+    return sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride(), strict=True))
+
+
+def _launch_ptr(a, b, c, bias, activation) -> None:
+    M, K = a.shape
+    N = b.shape[1]
+    # A tile may hang 256 rows or columns past the edge before the mask applies.
+    reach = max(_max_offset(t) + 256 * max(t.stride(), default=1) for t in (a, b, c))
+    grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
+    _ptr_kernel[grid](
+        a,
+        b,
+        c,
+        bias if bias is not None else c,
+        M,
+        N,
+        K,
+        a.stride(0),
+        a.stride(1),
+        b.stride(0),
+        b.stride(1),
+        c.stride(0),
+        c.stride(1),
+        HAS_BIAS=bias is not None,
+        ACTIVATION=activation,
+        INT64=reach >= _INT32_LIMIT,
+    )
+
+
+def compile_ahead(
+    kernel: str,
+    config: triton.Config,
+    dtype: str = "bf16",
+    *,
+    a_t: bool = False,
+    b_t: bool = False,
+    activation: str = "none",
+    has_bias: bool = False,
+    arch: int = 90,
+    num_programs: int = 132,
+):
+    """Compile ``"tma"`` (:func:`matmul_tma_kernel`) or ``"pointer"`` (:func:`matmul_kernel`)
+    for ``sm_<arch>`` without a GPU, as a launch with ``config`` would; returns a
+    :class:`tilebook.aot.CompiledKernel` (SASS, registers, spills).
+
+    ``dtype`` is Triton's name ("bf16", "fp16", "fp32").  The pointer kernel is
+    compiled for row-major operands whose sizes are multiples of 16, the common case.
+    """
+    from ..aot import compile_kernel
+
+    kw = config.kwargs
+    bm, bn, bk = kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"]
+    consts = {
+        "BLOCK_M": bm,
+        "BLOCK_N": bn,
+        "BLOCK_K": bk,
+        "GROUP_M": kw["GROUP_M"],
+        "HAS_BIAS": has_bias,
+        "ACTIVATION": activation,
+    }
+    ints = {"M": "i32", "N": "i32", "K": "i32"}
+    if kernel == "tma":
+        split = kw["SPLIT_N"]
+
+        def desc(shape):
+            return f"tensordesc<{dtype}[{shape[0]}, {shape[1]}]>"
+
+        sig = {
+            "a_desc": desc([bk, bm] if a_t else [bm, bk]),
+            "b_desc": desc([bn, bk] if b_t else [bk, bn]),
+            "c_desc": desc([bm, bn // 2 if split else bn]),
+            "bias_ptr": f"*{dtype}",
+            **ints,
+        }
+        consts.update(A_T=a_t, B_T=b_t, NUM_PROGRAMS=num_programs, SPLIT_N=split)
+        consts["FLATTEN"] = kw["FLATTEN"]
+        spec, aligned = "tilebook.ops.matmul:matmul_tma_kernel", ["bias_ptr"]
+    elif kernel == "pointer":
+        ptrs = {n: f"*{dtype}" for n in ("a_ptr", "b_ptr", "c_ptr", "bias_ptr")}
+        strides = {n: "i32" for n in ("stride_am", "stride_bk", "stride_cm")}
+        sig = {**ptrs, **ints, **strides}
+        # Unit strides are what a launch specialises to for row-major operands.
+        consts.update(stride_ak=1, stride_bn=1, stride_cn=1, EVEN_K=True, INT64=False)
+        spec, aligned = "tilebook.ops.matmul:matmul_kernel", list(sig)
+    else:
+        raise ValueError(f"compile_ahead: kernel must be 'tma' or 'pointer', got {kernel!r}")
+    return compile_kernel(
+        spec,
+        sig,
+        consts,
+        arch=arch,
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
+        divisible_by_16=aligned,
+    )
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def _check_activation(activation: object, op: str) -> str:
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:
+        raise ValueError(
+            f"{op}: unknown activation {activation!r}; choose one of {', '.join(ACTIVATIONS)}"
+        )
+    return activation
+
+
+def _check_pair(a: torch.Tensor, b: torch.Tensor, names: tuple[str, str], op: str) -> None:
+    if a.dtype != b.dtype:
+        raise TypeError(
+            f"{op}: {names[0]} and {names[1]} must have the same dtype, got "
+            f"{str(a.dtype).removeprefix('torch.')} and {str(b.dtype).removeprefix('torch.')}"
+        )
+    if a.device != b.device:
+        raise ValueError(
+            f"{op}: {names[0]} and {names[1]} are on different devices ({a.device}, {b.device})"
+        )
+
+
+def _run(a, b, bias, activation, impl, op) -> torch.Tensor:
+    """``act(a @ b + bias)`` for checked 2-D operands; ``impl`` is "auto", "tma" or "pointer"."""
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), dtype=a.dtype, device=a.device)
+    if M == 0 or N == 0:
+        return c
+    if bias is not None:
+        bias = bias.contiguous()
+    want_tma = impl == "tma" or (impl == "auto" and runtime.is_gpu())
+    tma_ok = K > 0 and a.dtype in _TMA_DTYPES and _tma_supported(a.device)
+    if want_tma and tma_ok and _launch_tma(a, b, c, bias, activation):
+        return c
+    if impl == "tma":
+        raise ValueError(
+            f"{op}: impl='tma' needs 16-bit operands with 16-byte aligned rows on a "
+            "Hopper GPU or the interpreter"
+        )
+    _launch_ptr(a, b, c, bias, activation)
+    return c
+
+
+def fused_matmul(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str = "none",
+    *,
+    impl: str = "auto",
+    op: str = "fused_matmul",
+) -> torch.Tensor:
+    """Return ``activation(a @ b + bias)`` from one kernel: the engine behind
+    :func:`matmul` and :func:`tilebook.linear_act`.
+
+    Parameters
+    ----------
+    a, b
+        2-D tensors ``(M, K)`` and ``(K, N)`` of one dtype (float16, bfloat16, or
+        float32, which the tensor cores take as TF32: expect ~1e-3 relative error
+        on a GPU).  Any strides; transposed views are read in place.
+    bias
+        Optional ``(N,)`` tensor of the same dtype, added to every row.
+    activation
+        One of :data:`ACTIVATIONS`; ``"gelu"`` is the erf form, ``"gelu_tanh"`` the
+        tanh approximation, as in ``torch.nn.functional.gelu``.
+    impl
+        ``"auto"`` takes the TMA kernel on a Hopper GPU when the operands allow it,
+        else the pointer kernel; ``"tma"`` or ``"pointer"`` forces one (lessons and
+        tests compare them; ``"tma"`` also runs under the interpreter).
+    op
+        The name that error messages start with.
+    """
+    check_tensor(a, "a", op, dtypes=MM_DTYPES, ndim=2)
+    check_tensor(b, "b", op, dtypes=MM_DTYPES, ndim=2)
+    _check_pair(a, b, ("a", "b"), op)
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(
+            f"{op}: inner dimensions differ: a is {tuple(a.shape)} and b is {tuple(b.shape)} "
+            f"(a.shape[1] must equal b.shape[0])"
+        )
+    if bias is not None:
+        check_tensor(bias, "bias", op, dtypes=MM_DTYPES, ndim=1)
+        _check_pair(a, bias, ("a", "bias"), op)
+        if bias.shape[0] != b.shape[1]:
+            raise ValueError(f"{op}: bias must have shape ({b.shape[1]},), got {tuple(bias.shape)}")
+    activation = _check_activation(activation, op)
+    if impl not in ("auto", "tma", "pointer"):
+        raise ValueError(f"{op}: impl must be 'auto', 'tma' or 'pointer', got {impl!r}")
+    return _run(a, b, bias, activation, impl, op)
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Return ``a @ b`` for 2-D ``a`` (M, K) and ``b`` (K, N), computed by a Triton kernel.
+
+    float16 and bfloat16 accumulate in float32 and return the input dtype; float32
+    runs on the tensor cores as TF32 on a GPU (like ``torch.matmul`` with
+    ``allow_tf32``), about 1e-3 relative error.  Any M, N, K and any strides
+    (transposed views included).  On a Hopper GPU aligned 16-bit operands take the
+    persistent TMA kernel, everything else the pointer kernel.
+
+    Examples
+    --------
+    >>> c = tilebook.matmul(a, b)   # doctest: +SKIP
+    """
+    return fused_matmul(a, b, op="matmul")

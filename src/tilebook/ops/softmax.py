@@ -1,0 +1,443 @@
+"""Softmax over one dimension, forward and backward, as Triton kernels.
+
+``y = exp(x - max(x)) / sum(exp(x - max(x)))`` along a row.  Both directions are
+memory-bound: the forward reads ``x`` and writes ``y``; the backward reads ``y`` and
+``dy`` and writes ``dx = y * (dy - sum(dy * y))``.  The aim is to touch each byte
+of HBM once, so the kernels come in two shapes:
+
+* **single pass** (rows up to :data:`ONLINE_THRESHOLD` elements, padded to a power
+  of two): a program loads a tile of ``BLOCK_M`` whole rows into registers, reduces
+  them and writes the result.  Short rows share a program so that each one still
+  moves enough bytes to hide the latency of HBM.
+* **online** (longer rows): a program walks its row in chunks of ``BLOCK_N``
+  keeping a running maximum and a running sum that is rescaled whenever the maximum
+  grows (Milakov & Gimelshein, 2018), then walks the row again to write.  The
+  second walk goes backwards, so that it starts on the chunks most likely to still
+  be in L2.
+
+Arithmetic is in float32 whatever the storage dtype.  ``-inf`` entries get
+probability 0 and a row that is all ``-inf`` becomes NaN, as in ``torch.softmax``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from ..validation import check_tensor
+
+__all__ = [
+    "ONLINE_BLOCK",
+    "ONLINE_THRESHOLD",
+    "SoftmaxConfig",
+    "launch_softmax_backward",
+    "launch_softmax_forward",
+    "pick_config",
+    "softmax",
+]
+
+#: Rows whose padded length exceeds this many elements take the online kernels.
+#: Module-level so that tests can lower it and reach the online path at small sizes.
+ONLINE_THRESHOLD = 32768
+#: Chunk length (elements) of the online kernels.
+ONLINE_BLOCK = 4096
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+@triton.jit
+def softmax_fwd_kernel(
+    x_ptr,
+    y_ptr,
+    n_rows,
+    n_cols,
+    stride_x,  # elements between consecutive rows of x
+    stride_y,
+    BLOCK_M: tl.constexpr,  # rows per tile
+    BLOCK_N: tl.constexpr,  # n_cols padded to a power of two
+    EVEN_N: tl.constexpr,  # n_cols == BLOCK_N: no column mask
+    NUM_STAGES: tl.constexpr,  # >1 lets the compiler prefetch the next tile
+):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_N)
+    num_tiles = tl.cdiv(n_rows, BLOCK_M)
+    # With one program per tile this loop runs once; with a persistent grid each
+    # program strides over the tiles.
+    for tile in tl.range(pid, num_tiles, nprog, num_stages=NUM_STAGES):
+        rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+        if EVEN_N:
+            mask = (rows < n_rows)[:, None]
+        else:
+            mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+        rows = rows.to(tl.int64)  # rows * stride may pass 2**31
+        x_ptrs = x_ptr + rows[:, None] * stride_x + cols[None, :]
+        x = tl.load(x_ptrs, mask=mask, other=-float("inf"), eviction_policy="evict_first")
+        x = x.to(tl.float32)
+        # An all -inf row gives -inf - -inf = NaN here, which is what torch returns.
+        e = tl.exp(x - tl.max(x, axis=1)[:, None])
+        y = e * (1.0 / tl.sum(e, axis=1))[:, None]
+        y_ptrs = y_ptr + rows[:, None] * stride_y + cols[None, :]
+        tl.store(y_ptrs, y.to(y_ptr.dtype.element_ty), mask=mask, eviction_policy="evict_first")
+
+
+@triton.jit
+def softmax_fwd_online_kernel(
+    x_ptr,
+    y_ptr,
+    n_rows,
+    n_cols,
+    stride_x,
+    stride_y,
+    BLOCK_N: tl.constexpr,  # chunk length
+    NUM_STAGES: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_N)
+    n_chunks = tl.cdiv(n_cols, BLOCK_N)
+    pid = pid.to(tl.int64)  # row * stride may pass 2**31
+    for i in tl.range(0, tl.cdiv(n_rows - pid, nprog)):
+        row = pid + i * nprog
+        x_row = x_ptr + row * stride_x
+        y_row = y_ptr + row * stride_y
+        m = tl.full([], -float("inf"), tl.float32)  # running maximum
+        s = tl.zeros([], tl.float32)  # running sum of exp(x - m)
+        for c in tl.range(0, n_chunks, num_stages=NUM_STAGES):
+            offs = c * BLOCK_N + cols
+            # evict_last: the second walk wants to find this chunk in L2.
+            x = tl.load(
+                x_row + offs, mask=offs < n_cols, other=-float("inf"), eviction_policy="evict_last"
+            ).to(tl.float32)
+            m_new = tl.maximum(m, tl.max(x, axis=0))
+            # Shift by 0 while everything seen is -inf, so that exp(-inf - -inf) does
+            # not turn the sum into NaN before a finite value arrives.
+            shift = tl.where(m_new == -float("inf"), 0.0, m_new)
+            s = s * tl.exp(m - shift) + tl.sum(tl.exp(x - shift), axis=0)
+            m = m_new
+        # An all -inf row ends with s == 0, and 0 * (1 / 0) = NaN as in torch.
+        shift = tl.where(m == -float("inf"), 0.0, m)
+        inv = 1.0 / s
+        for i in tl.range(0, n_chunks, num_stages=NUM_STAGES):
+            offs = (n_chunks - 1 - i) * BLOCK_N + cols  # newest chunk first: still in L2
+            mask = offs < n_cols
+            x = tl.load(x_row + offs, mask=mask, other=-float("inf"), eviction_policy="evict_first")
+            y = tl.exp(x.to(tl.float32) - shift) * inv
+            tl.store(
+                y_row + offs, y.to(y_ptr.dtype.element_ty), mask=mask, eviction_policy="evict_first"
+            )
+
+
+@triton.jit
+def softmax_bwd_kernel(
+    y_ptr,
+    dy_ptr,
+    dx_ptr,
+    n_rows,
+    n_cols,
+    stride_y,
+    stride_dy,
+    stride_dx,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    EVEN_N: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_N)
+    num_tiles = tl.cdiv(n_rows, BLOCK_M)
+    for tile in tl.range(pid, num_tiles, nprog, num_stages=NUM_STAGES):
+        rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+        if EVEN_N:
+            mask = (rows < n_rows)[:, None]
+        else:
+            mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+        rows = rows.to(tl.int64)
+        y = tl.load(
+            y_ptr + rows[:, None] * stride_y + cols[None, :],
+            mask=mask,
+            other=0.0,
+            eviction_policy="evict_first",
+        ).to(tl.float32)
+        dy = tl.load(
+            dy_ptr + rows[:, None] * stride_dy + cols[None, :],
+            mask=mask,
+            other=0.0,
+            eviction_policy="evict_first",
+        ).to(tl.float32)
+        dot = tl.sum(y * dy, axis=1)
+        dx = y * (dy - dot[:, None])
+        tl.store(
+            dx_ptr + rows[:, None] * stride_dx + cols[None, :],
+            dx.to(dx_ptr.dtype.element_ty),
+            mask=mask,
+            eviction_policy="evict_first",
+        )
+
+
+@triton.jit
+def softmax_bwd_online_kernel(
+    y_ptr,
+    dy_ptr,
+    dx_ptr,
+    n_rows,
+    n_cols,
+    stride_y,
+    stride_dy,
+    stride_dx,
+    BLOCK_N: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_N)
+    n_chunks = tl.cdiv(n_cols, BLOCK_N)
+    pid = pid.to(tl.int64)
+    for i in tl.range(0, tl.cdiv(n_rows - pid, nprog)):
+        row = pid + i * nprog
+        y_row = y_ptr + row * stride_y
+        dy_row = dy_ptr + row * stride_dy
+        dx_row = dx_ptr + row * stride_dx
+        # Accumulate lane-wise and reduce once: no cross-warp reduction per chunk.
+        acc = tl.zeros([BLOCK_N], tl.float32)
+        for c in tl.range(0, n_chunks, num_stages=NUM_STAGES):
+            offs = c * BLOCK_N + cols
+            mask = offs < n_cols
+            y = tl.load(y_row + offs, mask=mask, other=0.0, eviction_policy="evict_last")
+            dy = tl.load(dy_row + offs, mask=mask, other=0.0, eviction_policy="evict_last")
+            acc += y.to(tl.float32) * dy.to(tl.float32)
+        dot = tl.sum(acc, axis=0)
+        for i in tl.range(0, n_chunks, num_stages=NUM_STAGES):
+            offs = (n_chunks - 1 - i) * BLOCK_N + cols
+            mask = offs < n_cols
+            y = tl.load(y_row + offs, mask=mask, other=0.0, eviction_policy="evict_first")
+            y = y.to(tl.float32)
+            dy = tl.load(dy_row + offs, mask=mask, other=0.0, eviction_policy="evict_first")
+            dx = y * (dy.to(tl.float32) - dot)
+            tl.store(
+                dx_row + offs,
+                dx.to(dx_ptr.dtype.element_ty),
+                mask=mask,
+                eviction_policy="evict_first",
+            )
+
+
+# -------------------------------------------------------------------------- launching
+
+
+@dataclass(frozen=True)
+class SoftmaxConfig:
+    """How one launch tiles the work.
+
+    ``block_n`` is the padded row (single pass) or the chunk length (online);
+    ``block_m`` rows share a program in the single-pass kernels.  ``ctas_per_sm``
+    makes the grid persistent (that many programs per SM, each looping over
+    tiles); ``None`` launches one program per tile.
+    """
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int = 1
+    online: bool = False
+    ctas_per_sm: int | None = None
+
+
+# Chosen per padded row length with the sweep in benchmarks/softmax.py (H100, bf16).
+# Entries: padded length -> (rows per tile, num_warps, num_stages, ctas_per_sm).
+_FWD_TABLE: dict[int, tuple[int, int, int, int | None]] = {
+    256: (32, 8, 1, None),
+    512: (16, 8, 1, None),
+    1024: (8, 8, 1, None),
+    2048: (4, 8, 1, None),
+    4096: (2, 8, 1, None),
+    8192: (1, 8, 1, None),
+    16384: (1, 16, 1, None),
+    32768: (1, 16, 1, None),
+}
+_BWD_TABLE: dict[int, tuple[int, int, int, int | None]] = {
+    256: (16, 8, 1, None),
+    512: (8, 8, 1, None),
+    1024: (4, 8, 1, None),
+    2048: (2, 8, 1, None),
+    4096: (1, 8, 1, None),
+    8192: (1, 8, 1, None),
+    16384: (1, 16, 1, None),
+    32768: (1, 16, 1, None),
+}
+# Online kernels: (num_warps, num_stages, ctas_per_sm) for forward and backward.
+_FWD_ONLINE = (8, 1, 4)
+_BWD_ONLINE = (8, 1, 4)
+
+
+def pick_config(n_cols: int, *, backward: bool = False) -> SoftmaxConfig:
+    """The launch configuration for rows of ``n_cols`` elements."""
+    width = max(16, triton.next_power_of_2(n_cols))
+    if width > ONLINE_THRESHOLD:
+        warps, stages, ctas = _BWD_ONLINE if backward else _FWD_ONLINE
+        block = min(ONLINE_BLOCK, width)
+        return SoftmaxConfig(1, block, warps, stages, online=True, ctas_per_sm=ctas)
+    table = _BWD_TABLE if backward else _FWD_TABLE
+    # Widths under the table's smallest entry keep its tile size in elements.
+    key = min(max(width, min(table)), max(table))
+    block_m, warps, stages, ctas = table[key]
+    block_m = max(1, block_m * key // width)
+    return SoftmaxConfig(block_m, width, warps, stages, online=False, ctas_per_sm=ctas)
+
+
+@functools.cache
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def _grid(n_rows: int, cfg: SoftmaxConfig, device: torch.device) -> tuple[int]:
+    tiles = n_rows if cfg.online else triton.cdiv(n_rows, cfg.block_m)
+    if cfg.ctas_per_sm is None or device.type != "cuda":
+        return (tiles,)  # the interpreter gains nothing from a persistent grid
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return (max(1, min(tiles, cfg.ctas_per_sm * _sm_count(index))),)
+
+
+def _check_config(cfg: SoftmaxConfig, n_cols: int) -> None:
+    def pow2(v: int) -> bool:
+        return v > 0 and v & (v - 1) == 0
+
+    if not (pow2(cfg.block_m) and pow2(cfg.block_n)):
+        raise ValueError(f"softmax: block_m and block_n must be powers of two, got {cfg}")
+    if cfg.num_warps not in (1, 2, 4, 8, 16, 32):
+        raise ValueError(f"softmax: num_warps must be a power of two up to 32, got {cfg}")
+    if not cfg.online and cfg.block_n < n_cols:
+        raise ValueError(f"softmax: single-pass block_n must cover the row of {n_cols}, got {cfg}")
+
+
+def _device_guard(t: torch.Tensor):
+    import contextlib
+
+    return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
+
+
+def launch_softmax_forward(
+    x: torch.Tensor, y: torch.Tensor, config: SoftmaxConfig | None = None
+) -> torch.Tensor:
+    """Softmax of each row of the 2-D ``x`` into ``y``.
+
+    Both must have unit stride along the row; rows may be any distance apart.
+    """
+    n_rows, n_cols = x.shape
+    if n_rows == 0 or n_cols == 0:
+        return y
+    cfg = config or pick_config(n_cols)
+    _check_config(cfg, n_cols)
+    grid = _grid(n_rows, cfg, x.device)
+    with _device_guard(x):
+        if cfg.online:
+            softmax_fwd_online_kernel[grid](
+                x, y, n_rows, n_cols, x.stride(0), y.stride(0),
+                BLOCK_N=cfg.block_n, NUM_STAGES=cfg.num_stages, num_warps=cfg.num_warps,
+            )  # fmt: skip
+        else:
+            softmax_fwd_kernel[grid](
+                x, y, n_rows, n_cols, x.stride(0), y.stride(0),
+                BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, EVEN_N=cfg.block_n == n_cols,
+                NUM_STAGES=cfg.num_stages, num_warps=cfg.num_warps,
+            )  # fmt: skip
+    return y
+
+
+def launch_softmax_backward(
+    y: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor, config: SoftmaxConfig | None = None
+) -> torch.Tensor:
+    """``dx = y * (dy - sum(dy * y))`` row by row, for 2-D tensors with unit row stride."""
+    n_rows, n_cols = y.shape
+    if n_rows == 0 or n_cols == 0:
+        return dx
+    cfg = config or pick_config(n_cols, backward=True)
+    _check_config(cfg, n_cols)
+    grid = _grid(n_rows, cfg, y.device)
+    with _device_guard(y):
+        if cfg.online:
+            softmax_bwd_online_kernel[grid](
+                y, dy, dx, n_rows, n_cols, y.stride(0), dy.stride(0), dx.stride(0),
+                BLOCK_N=cfg.block_n, NUM_STAGES=cfg.num_stages, num_warps=cfg.num_warps,
+            )  # fmt: skip
+        else:
+            softmax_bwd_kernel[grid](
+                y, dy, dx, n_rows, n_cols, y.stride(0), dy.stride(0), dx.stride(0),
+                BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, EVEN_N=cfg.block_n == n_cols,
+                NUM_STAGES=cfg.num_stages, num_warps=cfg.num_warps,
+            )  # fmt: skip
+    return dx
+
+
+def _unit_row_stride(t: torch.Tensor) -> torch.Tensor:
+    # The kernels step along a row with stride 1; rows themselves may be anywhere.
+    return t if t.shape[1] <= 1 or t.stride(1) == 1 else t.contiguous()
+
+
+class SoftmaxFunction(torch.autograd.Function):
+    """Autograd for softmax over the last dimension of a 2-D tensor."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        x = _unit_row_stride(x)
+        y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        launch_softmax_forward(x, y)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dy: torch.Tensor) -> torch.Tensor:
+        (y,) = ctx.saved_tensors
+        dy = _unit_row_stride(dy)  # e.g. the expanded ones that .sum().backward() sends
+        dx = torch.empty(y.shape, dtype=y.dtype, device=y.device)
+        launch_softmax_backward(y, dy, dx)
+        return dx
+
+
+def _normalize_dim(dim: object, ndim: int) -> int:
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError(f"softmax: dim must be an int, got {type(dim).__name__}")
+    rank = max(ndim, 1)  # a 0-d tensor accepts dim 0 and -1, like torch
+    if not -rank <= dim < rank:
+        raise ValueError(
+            f"softmax: dim {dim} is out of range for a tensor with {ndim} dimension(s) "
+            f"(expected {-rank} <= dim < {rank})"
+        )
+    return dim % rank
+
+
+def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Return ``torch.softmax(x, dim)`` computed by Triton kernels, with autograd.
+
+    Parameters
+    ----------
+    x
+        float16, bfloat16 or float32 tensor on tilebook's device, any shape and
+        strides.  The result has ``x``'s dtype; arithmetic is in float32.
+    dim
+        The dimension to normalise over.  The kernels reduce along contiguous rows,
+        so for any other ``dim`` (or a row that is not contiguous) the input is first
+        copied with that dimension last, and the result is returned as a permuted
+        view of a contiguous buffer.
+
+    Examples
+    --------
+    >>> p = tilebook.softmax(logits, dim=-1)   # doctest: +SKIP
+    """
+    check_tensor(x, "x", "softmax")
+    dim = _normalize_dim(dim, x.dim())
+    if x.dim() == 0:
+        return softmax(x.reshape(1), 0).reshape(())
+    moved = x.movedim(dim, -1)
+    n_cols = moved.shape[-1]
+    n_rows = math.prod(moved.shape[:-1])
+    y = SoftmaxFunction.apply(moved.reshape(n_rows, n_cols))
+    return y.reshape(moved.shape).movedim(-1, dim)

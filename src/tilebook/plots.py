@@ -1,0 +1,109 @@
+"""Plots in one house style, drawn only from measured records.
+
+:func:`plot_record` draws a :class:`tilebook.bench.Record`, live or committed,
+and writes its provenance into the figure itself ("measured live on …" or
+"recorded on …"), so a screenshot of the plot still says where the numbers came
+from.  Given no record it draws nothing and says so in text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg", force=False)  # headless builds; notebooks keep their own backend
+import matplotlib.pyplot as plt
+
+from .bench import Record
+
+__all__ = ["PALETTE", "house_style", "no_record_message", "plot_record"]
+
+# Colour-blind-safe (Okabe-Ito); tilebook's own series is always the first colour.
+PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442"]
+
+_STYLE: dict[str, Any] = {
+    "figure.figsize": (7.0, 4.0),
+    "figure.dpi": 110,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.prop_cycle": matplotlib.cycler(color=PALETTE),
+    "font.size": 10,
+    "legend.frameon": False,
+    "lines.linewidth": 2.0,
+    "lines.markersize": 5,
+}
+
+
+def house_style():
+    """A context manager applying tilebook's matplotlib style."""
+    return plt.rc_context(_STYLE)
+
+
+def no_record_message(name: str) -> str:
+    return (
+        f"No GPU measurement named {name!r} has been recorded yet, so there is nothing "
+        "to plot here. Run this lesson on a CUDA GPU (or `nox -s bench`) to measure it."
+    )
+
+
+def plot_record(
+    record: Record | None,
+    *,
+    x: str,
+    y: str,
+    series: str | None = None,
+    where: dict[str, Any] | None = None,
+    title: str | None = None,
+    xlabel: str | None = None,
+    ylabel: str | None = None,
+    logx: bool = False,
+    ceiling: float | None = None,
+    ceiling_label: str = "copy bandwidth",
+    order: Sequence[str] | None = None,
+    name: str | None = None,
+):
+    """Line plot of ``y`` against ``x``, one line per value of ``series``.
+
+    ``where`` keeps only rows whose fields equal the given values.  ``ceiling``
+    draws a dashed horizontal line (e.g. the copy bandwidth measured in the same
+    run as the record).  Returns the figure, or None (after printing why) when
+    ``record`` is None or has no matching rows; ``name`` names the missing
+    record in that message.
+    """
+    if record is None:
+        print(no_record_message(name or "this benchmark"))
+        return None
+    rows = record.select(**(where or {}))
+    rows = [r for r in rows if r.get(y) is not None]
+    if not rows:
+        print(f"The record {record.name!r} has no rows with {y!r} matching {where}; nothing plotted.")
+        return None
+    groups: dict[Any, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(r.get(series) if series else y, []).append(r)
+    keys = list(order) if order else list(groups)
+    keys = [k for k in keys if k in groups] + [k for k in groups if k not in keys]
+    with house_style():
+        fig, ax = plt.subplots()
+        for k in keys:
+            pts = sorted(groups[k], key=lambda r: r[x])
+            ax.plot([p[x] for p in pts], [p[y] for p in pts], marker="o", label=str(k))
+        if ceiling is not None:
+            ax.axhline(ceiling, color="0.4", linestyle="--", linewidth=1.2, label=ceiling_label)
+        if logx:
+            ax.set_xscale("log", base=2)
+        ax.set_xlabel(xlabel or x)
+        ax.set_ylabel(ylabel or y)
+        ax.set_ylim(bottom=0)
+        ax.set_title(title or record.title)
+        if series or ceiling is not None:
+            ax.legend(loc="best")
+        fig.text(
+            0.01, 0.005, record.caption(), fontsize=7.5, color="0.35", ha="left", va="bottom"
+        )
+        fig.tight_layout(rect=(0, 0.04, 1, 1))
+    return fig

@@ -1,0 +1,145 @@
+"""tilebook.ops.linear_act: every activation against float64 PyTorch, batch dims, errors, AOT."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tilebook
+from tilebook.ops import matmul as mm
+from tilebook.ops.linear_act import ACTIVATIONS, linear_act
+
+DEV = tilebook.device()
+TOL = {
+    torch.float32: 1e-5 if tilebook.is_interpreter() else 5e-3,
+    torch.float16: 3e-3,
+    torch.bfloat16: 1.5e-2,
+}
+REF_ACT = {
+    "none": lambda t: t,
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
+    "silu": F.silu,
+}
+needs_tma = pytest.mark.skipif(
+    not mm._tma_supported(DEV), reason="no TMA path here (needs Hopper or the interpreter)"
+)
+# sigmoid of a large negative input overflows exp() in the interpreter's numpy: harmless.
+pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+
+
+def rand(*shape, dtype=torch.float32, scale=1.0):
+    return torch.randn(*shape, dtype=dtype, device=DEV) * scale
+
+
+def reference(x, w, bias, activation):
+    b64 = None if bias is None else bias.double()
+    return REF_ACT[activation](F.linear(x.double(), w.double(), b64))
+
+
+def assert_matches(out, x, w, bias, activation):
+    ref = reference(x, w, bias, activation)
+    assert out.shape == ref.shape
+    assert out.dtype == x.dtype
+    assert torch.isfinite(out).all(), "unwritten or non-finite output"
+    err = ((out.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+    assert err < TOL[x.dtype], f"{activation}: relative error {err:.2e}"
+
+
+def test_activation_names():
+    assert set(ACTIVATIONS) == set(REF_ACT)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_activations_batched_ragged(activation, with_bias, dtype):
+    # Batch dims (2, 3), K = 40 (not a multiple of the 32-wide K tile), N = 33.
+    x, w = rand(2, 3, 40, dtype=dtype), rand(33, 40, dtype=dtype, scale=0.3)
+    bias = rand(33, dtype=dtype) if with_bias else None
+    assert_matches(linear_act(x, w, bias, activation), x, w, bias, activation)
+
+
+@needs_tma
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_tma_kernel_epilogue(activation):
+    # Aligned rows (K, N multiples of 8 at fp16) take the descriptor kernel, B read as W^T.
+    x, w, bias = rand(5, 14, 48, dtype=torch.float16), rand(40, 48, dtype=torch.float16), None
+    if activation != "none":
+        bias = rand(40, dtype=torch.float16)
+    out = linear_act(x, w, bias, activation, impl="tma")
+    assert_matches(out, x, w, bias, activation)
+
+
+def test_large_inputs_saturate_cleanly():
+    # Pre-activations of +-80: the sigmoid-based forms must give x or 0, not NaN.
+    x, w = rand(8, 32, scale=10.0), rand(16, 32)
+    for activation in ACTIVATIONS:
+        assert_matches(linear_act(x, w, None, activation), x, w, None, activation)
+
+
+def test_vector_and_layouts():
+    w, bias = rand(24, 40), rand(24)
+    x1 = rand(40)
+    out = linear_act(x1, w, bias, "silu")
+    assert out.shape == (24,)
+    assert_matches(out, x1, w, bias, "silu")
+    # Non-contiguous x (batch dims permuted) and a weight stored transposed.
+    x = rand(40, 3, 5).permute(1, 2, 0)
+    wt = rand(40, 24).t()
+    assert_matches(linear_act(x, wt, bias, "gelu"), x, wt, bias, "gelu")
+    assert_matches(linear_act(x, w, bias, "gelu", impl="pointer"), x, w, bias, "gelu")
+
+
+def test_empty_batch():
+    out = linear_act(rand(0, 7, 16), rand(8, 16), rand(8))
+    assert out.shape == (0, 7, 8)
+
+
+def test_bad_inputs():
+    x, w, b = rand(4, 16), rand(8, 16), rand(8)
+    with pytest.raises(ValueError, match="linear_act: unknown activation 'tanh'"):
+        linear_act(x, w, b, "tanh")
+    with pytest.raises(ValueError, match="linear_act: unknown activation"):
+        linear_act(x, w, b, None)
+    with pytest.raises(TypeError, match=r"linear_act: x must be a torch\.Tensor"):
+        linear_act(x.tolist(), w, b)
+    with pytest.raises(TypeError, match="linear_act: weight has dtype int64"):
+        linear_act(x, torch.ones(8, 16, dtype=torch.int64, device=DEV), b)
+    with pytest.raises(TypeError, match="linear_act: x and weight must have the same dtype"):
+        linear_act(x, w.half(), b)
+    with pytest.raises(TypeError, match="linear_act: x and bias must have the same dtype"):
+        linear_act(x, w, b.half())
+    with pytest.raises(ValueError, match="linear_act: x has 15 features"):
+        linear_act(rand(4, 15), w, b)
+    with pytest.raises(ValueError, match="linear_act: weight must have 2 dimensions"):
+        linear_act(x, rand(16), b)
+    with pytest.raises(ValueError, match="linear_act: x must have at least 1 dimension"):
+        linear_act(rand(()), w, b)
+    with pytest.raises(ValueError, match="linear_act: bias must have shape \\(8,\\)"):
+        linear_act(x, w, rand(9))
+    with pytest.raises(ValueError, match="linear_act: bias must have 1 dimensions"):
+        linear_act(x, w, rand(1, 8))
+    with pytest.raises(ValueError, match="linear_act: weight is on meta"):
+        linear_act(x, torch.empty(8, 16, device="meta"), b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("m", "n", "k"), [(512, 384, 256), (300, 257, 130)])
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_bf16_gpu(m, n, k, activation):
+    x = rand(2, m // 2, k, dtype=torch.bfloat16)
+    w = rand(n, k, dtype=torch.bfloat16, scale=k**-0.5)
+    bias = rand(n, dtype=torch.bfloat16)
+    assert_matches(linear_act(x, w, bias, activation), x, w, bias, activation)
+    assert_matches(linear_act(x, w, None, activation, impl="pointer"), x, w, None, activation)
+
+
+def test_fused_epilogue_compiles_to_wgmma_for_sm90():
+    # linear_act's Hopper kernel: W read transposed (B_T), bias + erf GELU in the epilogue.
+    for cfg in mm.GPU_TMA_CONFIGS[:1]:
+        k = mm.compile_ahead("tma", cfg, "bf16", b_t=True, activation="gelu", has_bias=True)
+        assert k.count("HGMMA") > 0, "bf16 dot did not lower to wgmma"
+        assert not k.spill_stores_bytes, f"{k.spill_stores_bytes} bytes of register spills"

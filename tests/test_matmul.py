@@ -1,0 +1,178 @@
+"""tilebook.ops.matmul: both kernels against a float64 reference, layouts, errors, AOT."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tilebook
+from tilebook.ops import matmul as mm
+
+DEV = tilebook.device()
+# fp32: exact products under the interpreter, TF32 on a GPU.  fp16/bf16: output rounding.
+TOL = {
+    torch.float32: 1e-5 if tilebook.is_interpreter() else 5e-3,
+    torch.float16: 3e-3,
+    torch.bfloat16: 1.5e-2,
+}
+HAS_TMA = mm._tma_supported(DEV)
+needs_tma = pytest.mark.skipif(
+    not HAS_TMA, reason="no TMA path here (needs Hopper or the interpreter)"
+)
+
+
+def rand(*shape, dtype=torch.float32):
+    return torch.randn(*shape, dtype=dtype, device=DEV)
+
+
+def assert_matches(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    ref = a.double() @ b.double()
+    assert out.shape == ref.shape
+    assert out.dtype == a.dtype
+    assert torch.isfinite(out).all(), "unwritten or non-finite output"
+    if ref.numel() == 0:
+        return
+    err = ((out.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+    assert err < TOL[a.dtype], f"relative error {err:.2e}"
+
+
+# M x N x K: single elements, K below and above one tile, ragged everything.
+RAGGED = [(1, 1, 16), (1, 1, 1), (5, 7, 3), (17, 33, 40), (33, 17, 100), (64, 64, 64), (48, 24, 72)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize(("m", "n", "k"), RAGGED)
+def test_ragged_shapes(m, n, k, dtype):
+    a, b = rand(m, k, dtype=dtype), rand(k, n, dtype=dtype)
+    assert_matches(mm.matmul(a, b), a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_pointer_kernel_forced(dtype):
+    a, b = rand(40, 24, dtype=dtype), rand(24, 56, dtype=dtype)
+    assert_matches(mm.fused_matmul(a, b, impl="pointer"), a, b)
+
+
+# Rows 16-byte aligned (fp16: multiples of 8), tiles ragged; 70x72 makes 9 tiles of 32x32
+# for the interpreter's 4 persistent programs, so each walks several tiles.
+@needs_tma
+@pytest.mark.parametrize(("m", "n", "k"), [(1, 8, 16), (17, 40, 24), (70, 72, 40), (64, 64, 64)])
+def test_tma_kernel(m, n, k):
+    a, b = rand(m, k, dtype=torch.float16), rand(k, n, dtype=torch.float16)
+    assert_matches(mm.fused_matmul(a, b, impl="tma"), a, b)
+
+
+def _layouts(m, n, k, dtype):
+    """(name, a, b) pairs of the same sizes in different memory layouts."""
+    yield "row-major", rand(m, k, dtype=dtype), rand(k, n, dtype=dtype)
+    yield "a transposed", rand(k, m, dtype=dtype).t(), rand(k, n, dtype=dtype)
+    yield "b transposed", rand(m, k, dtype=dtype), rand(n, k, dtype=dtype).t()
+    yield "both transposed", rand(k, m, dtype=dtype).t(), rand(n, k, dtype=dtype).t()
+    yield (
+        "strided slices",
+        rand(2 * m, 3 * k, dtype=dtype)[::2, 1::3],
+        rand(k, 2 * n, dtype=dtype)[:, ::2],
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_non_contiguous(dtype):
+    for name, a, b in _layouts(33, 24, 40, dtype):
+        out = mm.matmul(a, b)
+        assert out.is_contiguous()
+        try:
+            assert_matches(out, a, b)
+        except AssertionError as exc:
+            raise AssertionError(f"{name}: {exc}") from exc
+
+
+@needs_tma
+def test_tma_transposed_operands():
+    # All four A_T / B_T combinations of the descriptor kernel.
+    for name, a, b in list(_layouts(40, 48, 32, torch.float16))[:4]:
+        assert mm._tma_layout(a) is not None, name
+        assert mm._tma_layout(b) is not None, name
+        try:
+            assert_matches(mm.fused_matmul(a, b, impl="tma"), a, b)
+        except AssertionError as exc:
+            raise AssertionError(f"{name}: {exc}") from exc
+
+
+def test_empty_and_k_zero():
+    assert mm.matmul(rand(0, 8), rand(8, 5)).shape == (0, 5)
+    assert mm.matmul(rand(4, 8), rand(8, 0)).shape == (4, 0)
+    out = mm.matmul(rand(4, 0, dtype=torch.float16), rand(0, 6, dtype=torch.float16))
+    assert out.shape == (4, 6)
+    assert out.dtype == torch.float16
+    assert (out == 0).all()
+
+
+def test_fused_epilogue():
+    a, b, bias = rand(20, 32), rand(32, 24), rand(24)
+    out = mm.fused_matmul(a, b, bias, "relu")
+    ref = torch.relu(a.double() @ b.double() + bias.double())
+    assert ((out.double() - ref).norm() / ref.norm()).item() < TOL[torch.float32]
+
+
+def test_bad_inputs():
+    a, b = rand(8, 16), rand(16, 4)
+    with pytest.raises(TypeError, match=r"matmul: a must be a torch\.Tensor"):
+        mm.matmul([[1.0]], b)
+    with pytest.raises(TypeError, match="matmul: b has dtype int32"):
+        mm.matmul(a, torch.ones(16, 4, dtype=torch.int32, device=DEV))
+    with pytest.raises(TypeError, match="matmul: a and b must have the same dtype"):
+        mm.matmul(a, b.half())
+    with pytest.raises(ValueError, match="matmul: a must have 2 dimensions"):
+        mm.matmul(rand(2, 8, 16), b)
+    with pytest.raises(ValueError, match="matmul: b must have 2 dimensions"):
+        mm.matmul(a, rand(16))
+    with pytest.raises(ValueError, match="matmul: inner dimensions differ"):
+        mm.matmul(a, rand(15, 4))
+    with pytest.raises(ValueError, match="matmul: a is on meta"):
+        mm.matmul(torch.empty(8, 16, device="meta"), b)
+    with pytest.raises(ValueError, match="fused_matmul: unknown activation 'tanh'"):
+        mm.fused_matmul(a, b, activation="tanh")
+    with pytest.raises(ValueError, match="fused_matmul: bias must have shape"):
+        mm.fused_matmul(a, b, rand(5))
+    with pytest.raises(ValueError, match="impl="):
+        mm.fused_matmul(a, b, impl="tma")  # float32 never takes the TMA kernel
+
+
+def test_configs_keep_dot_legal():
+    configs = mm.GPU_PTR_CONFIGS + mm.GPU_TMA_CONFIGS
+    configs += mm.INTERPRETER_PTR_CONFIGS + mm.INTERPRETER_TMA_CONFIGS
+    for cfg in configs:
+        assert cfg.kwargs["BLOCK_K"] >= 16, cfg  # tl.dot needs K tiles of at least 16
+    for cfg in mm.GPU_TMA_CONFIGS:
+        assert mm._fits(cfg, 2), cfg  # every Hopper config fits in shared memory at bf16
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("m", "n", "k"), [(512, 384, 256), (300, 520, 200), (255, 257, 130)])
+def test_bf16_gpu(m, n, k):
+    for name, a, b in _layouts(m, n, k, torch.bfloat16):
+        try:
+            assert_matches(mm.matmul(a, b), a, b)
+            assert_matches(mm.fused_matmul(a, b, impl="pointer"), a, b)
+        except AssertionError as exc:
+            raise AssertionError(f"{name}: {exc}") from exc
+
+
+@pytest.mark.gpu
+def test_fp32_and_fp16_gpu_large():
+    for dtype in (torch.float16, torch.float32):
+        a, b = rand(1000, 600, dtype=dtype), rand(600, 1100, dtype=dtype)
+        assert_matches(mm.matmul(a, b), a, b)
+
+
+# Ahead-of-time compilation for an H100 (no GPU needed): the bf16 tiles must lower to
+# wgmma (HGMMA in SASS), without register spills.
+@pytest.mark.parametrize("kernel", ["tma", "pointer"])
+def test_compiles_to_wgmma_for_sm90(kernel):
+    cfg = (mm.GPU_TMA_CONFIGS if kernel == "tma" else mm.GPU_PTR_CONFIGS)[0]
+    k = mm.compile_ahead(kernel, cfg, "bf16")
+    assert k.stages["sass"], "no SASS came back"
+    assert k.count("HGMMA") > 0, "bf16 dot did not lower to wgmma"
+    assert not k.spill_stores_bytes, f"{k.spill_stores_bytes} bytes of register spills"
+    if kernel == "tma":
+        assert k.count("UTMALDG") > 0, "tiles are not loaded by the copy engine"

@@ -1,0 +1,201 @@
+"""RMSNorm forward and backward against float64 PyTorch, plus input checks and AOT compiles."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tilebook
+from tilebook.aot import compile_kernel
+from tilebook.ops.rms_norm import MAX_HIDDEN, _bwd_config, _fwd_config, rms_norm
+
+EPS = 1e-6
+HIDDEN = [1, 7, 64, 1000, 4096]
+# Loose enough for fp16 rounding of y and dx, tight enough to catch a wrong formula.
+TOL = {
+    torch.float32: {"atol": 1e-5, "rtol": 1e-5},
+    torch.float16: {"atol": 2e-3, "rtol": 2e-3},
+    torch.bfloat16: {"atol": 2e-2, "rtol": 2e-2},
+}
+
+
+def _inputs(shape, dtype, device):
+    x = torch.randn(shape, dtype=torch.float32, device=device).to(dtype)
+    # Weights near 1 but not all equal, so a missing or misplaced weight shows.
+    w = (1 + 0.5 * torch.randn(shape[-1], device=device)).to(dtype)
+    return x, w
+
+
+def _reference(x, w, dy):
+    """float64 forward and autograd on upcast copies of the inputs."""
+    x64 = x.detach().double().requires_grad_()
+    w64 = w.detach().double().requires_grad_()
+    y64 = F.rms_norm(x64, (x.shape[-1],), w64, EPS)
+    dx64, dw64 = torch.autograd.grad(y64, (x64, w64), dy.double())
+    return y64, dx64, dw64
+
+
+def _check(x, w, dtype):
+    """Forward, then backward with a random dy, each against the float64 reference."""
+    x = x.detach().requires_grad_()
+    w = w.detach().requires_grad_()
+    y = rms_norm(x, w, EPS)
+    assert y.dtype == dtype
+    assert y.shape == x.shape
+    dy = torch.randn(x.shape, device=x.device).to(dtype)
+    dx, dw = torch.autograd.grad(y, (x, w), dy)
+    y64, dx64, dw64 = _reference(x, w, dy)
+    tol = TOL[dtype]
+    torch.testing.assert_close(y.double(), y64, **tol)
+    torch.testing.assert_close(dx.double(), dx64, **tol)
+    assert dw.dtype == dtype
+    # dw sums over every row, so its error grows with the row count.
+    scale = max(1.0, x[..., 0].numel() ** 0.5)
+    torch.testing.assert_close(dw.double(), dw64, atol=tol["atol"] * scale, rtol=tol["rtol"])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("n_cols", HIDDEN)
+def test_matches_float64(device, dtype, n_cols):
+    # 37 rows: ragged against every rows-per-program and grid size.
+    n_rows = 37 if n_cols < 1000 else 9
+    _check(*_inputs((n_rows, n_cols), dtype, device), dtype)
+
+
+@pytest.mark.parametrize("n_rows", [1, 2, 5, 13])
+def test_ragged_row_counts(device, n_rows):
+    _check(*_inputs((n_rows, 1000), torch.float32, device), torch.float32)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 64), (2, 1, 3, 7), (64,)])
+def test_leading_batch_dims(device, shape):
+    _check(*_inputs(shape, torch.float32, device), torch.float32)
+
+
+def test_non_contiguous_inputs(device):
+    base, w = _inputs((6, 16, 64), torch.float16, device)
+    # A slice (rows evenly strided: handled as a view), a transpose of the leading
+    # dims (not evenly strided) and a transpose of the last dim (copied).
+    _check(base[:, ::2], w, torch.float16)
+    _check(base.transpose(0, 1), w, torch.float16)
+    _check(base[:, :, :16].transpose(1, 2), w[:16], torch.float16)
+
+
+def test_strided_dy_and_weight_only_grad(device):
+    x, w = _inputs((5, 64), torch.float32, device)
+    w.requires_grad_()
+    # sum() hands backward a stride-0 dy; x needs no gradient here.
+    rms_norm(x, w).sum().backward()
+    _, _, dw64 = _reference(x, w, torch.ones_like(x))
+    torch.testing.assert_close(w.grad.double(), dw64, atol=1e-4, rtol=1e-5)
+
+
+def test_empty_batch(device):
+    x = torch.empty((0, 64), device=device, requires_grad=True)
+    w = torch.ones(64, device=device, requires_grad=True)
+    y = rms_norm(x, w)
+    assert y.shape == (0, 64)
+    y.sum().backward()
+    assert torch.equal(w.grad, torch.zeros_like(w))
+
+
+def test_large_values_do_not_overflow_fp16(device):
+    # x**2 overflows fp16 past 256; the statistic is computed in fp32.
+    x = torch.full((3, 64), 1000.0, device=device).half()
+    w = torch.ones(64, device=device).half()
+    y = rms_norm(x, w)
+    torch.testing.assert_close(y, torch.ones_like(y), atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n_cols", [*HIDDEN, 8192])
+def test_bfloat16(device, n_cols):
+    _check(*_inputs((257, n_cols), torch.bfloat16, device), torch.bfloat16)
+
+
+@pytest.mark.gpu
+def test_large_hidden_gpu(device):
+    _check(*_inputs((33, 20000), torch.float32, device), torch.float32)
+
+
+def test_errors(device):
+    x, w = _inputs((4, 8), torch.float32, device)
+    with pytest.raises(TypeError, match=r"rms_norm: x must be a torch\.Tensor"):
+        rms_norm(x.tolist(), w)
+    with pytest.raises(TypeError, match=r"rms_norm: weight must be a torch\.Tensor"):
+        rms_norm(x, None)
+    with pytest.raises(TypeError, match="rms_norm: x has dtype int32"):
+        rms_norm(x.int(), w)
+    with pytest.raises(TypeError, match="rms_norm: x has dtype float64"):
+        rms_norm(x.double(), w.double())
+    with pytest.raises(TypeError, match="rms_norm: weight must have the dtype of x"):
+        rms_norm(x, w.half())
+    with pytest.raises(ValueError, match=r"rms_norm: weight must have shape \(8,\)"):
+        rms_norm(x, w[:4])
+    with pytest.raises(ValueError, match="rms_norm: weight must have 1 dimensions"):
+        rms_norm(x, w.view(2, 4))
+    with pytest.raises(ValueError, match="rms_norm: x must have at least 1 dimension"):
+        rms_norm(x[0, 0], w)
+    with pytest.raises(ValueError, match="rms_norm: the last dimension of x must not be empty"):
+        rms_norm(x[:, :0], w[:0])
+    big = MAX_HIDDEN + 1
+    x_big, w_big = torch.empty((1, big), device=device), torch.empty(big, device=device)
+    with pytest.raises(ValueError, match=f"supports at most {MAX_HIDDEN}"):
+        rms_norm(x_big, w_big)
+    for eps in (0.0, -1e-6, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="rms_norm: eps must be a positive"):
+            rms_norm(x, w, eps)
+    for eps in ("1e-6", None, True, torch.tensor(1e-6)):
+        with pytest.raises(TypeError, match="rms_norm: eps must be a float"):
+            rms_norm(x, w, eps)
+
+
+def test_wrong_device():
+    other = "cpu" if tilebook.is_gpu() else "meta"
+    x = torch.empty((4, 8), device=other)
+    w = torch.empty(8, device=other)
+    with pytest.raises(ValueError, match="rms_norm: x is on"):
+        rms_norm(x, w)
+
+
+# The signatures a real launch on bf16 16384x4096 gives: pointers, sizes and row
+# strides all multiples of 16.
+_PTRS_FWD = {"x_ptr": "*bf16", "w_ptr": "*bf16", "y_ptr": "*bf16", "rstd_ptr": "*fp32"}
+_PTRS_BWD = {
+    "dy_ptr": "*bf16",
+    "x_ptr": "*bf16",
+    "w_ptr": "*bf16",
+    "rstd_ptr": "*fp32",
+    "dx_ptr": "*bf16",
+    "dw_partial_ptr": "*fp32",
+}
+
+
+@pytest.mark.parametrize("kernel", ["fwd", "bwd"])
+def test_compiles_for_sm90_without_spills(kernel):
+    n_cols = 4096
+    if kernel == "fwd":
+        block_n, rows, warps = _fwd_config(n_cols, 2)
+        ints = ["n_rows", "n_cols", "x_row_stride", "y_row_stride"]
+        sig = {**_PTRS_FWD, **dict.fromkeys(ints, "i32"), "eps": "fp32"}
+    else:
+        block_n, rows, warps = _bwd_config(n_cols, 2)
+        ints = ["n_rows", "n_cols", "dy_row_stride", "x_row_stride", "dx_row_stride"]
+        sig = {**_PTRS_BWD, **dict.fromkeys(ints, "i32")}
+    k = compile_kernel(
+        f"tilebook.ops.rms_norm:rms_norm_{kernel}_kernel",
+        sig,
+        {"BLOCK_N": block_n, "ROWS": rows},
+        arch=90,
+        num_warps=warps,
+        divisible_by_16=[n for n in sig if n != "n_rows" and n != "eps"],
+    )
+    ptx = k.stages["ptx"]
+    assert ".target sm_90" in ptx
+    assert f"rms_norm_{kernel}_kernel" in ptx
+    # 16-byte loads: the whole point of the alignment hints.
+    assert "ld.global.v4" in ptx
+    assert k.registers is not None, k.ptxas_log
+    assert k.spill_stores_bytes == 0
+    assert k.spill_loads_bytes == 0

@@ -1,0 +1,79 @@
+"""Build the whole site on CPU and read lesson 07's page as HTML."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+pytestmark = pytest.mark.site
+
+LESSON = "lessons/03_real_kernels/07_vector_add.html"
+
+
+@pytest.fixture(scope="module")
+def page(built_site):
+    html_dir, _ = built_site
+    return html_dir, (html_dir / LESSON).read_text()
+
+
+def test_build_says_which_mode(built_site):
+    _, log = built_site
+    assert "tilebook: CPU mode" in log
+
+
+def test_correctness_table_printed_and_all_ok(page):
+    _, html = page
+    assert "vector_add vs float64 reference" in html
+    assert "max abs err" in html and "rel err" in html
+    block = html[html.index("vector_add vs float64 reference") :]
+    block = block[: block.index("</pre>")]
+    rows = [line for line in block.splitlines() if "n=" in line or "strided" in line]
+    assert len(rows) >= 8
+    assert all(line.rstrip().endswith("ok") for line in rows), rows
+    assert "FAIL" not in block
+
+
+def test_plot_image_from_the_committed_record(page):
+    html_dir, html = page
+    images = re.findall(r'src="([^"]*sphx_glr_07_vector_add_\d+\.png)"', html)
+    assert images, "the lesson page shows no plot"
+    for src in images:
+        assert (html_dir / "lessons" / "03_real_kernels" / src).resolve().exists(), src
+    # CPU build: the plot comes from a GPU record and says where it was measured.
+    assert "recorded on NVIDIA" in html
+
+
+def test_widget_markup_is_self_contained(page):
+    _, html = page
+    assert 'data-tilebook-widget="sweep"' in html
+    start = html.index('data-tilebook-widget="sweep"')
+    widget = html[start : html.index("</script></div>", start)]
+    assert 'type="application/json"' in widget
+    assert not re.search(r"(src|href)=\"https?://", widget), "widget must not load external URLs"
+
+
+def test_downloads_py_and_ipynb(page):
+    html_dir, html = page
+    for suffix in (".py", ".ipynb"):
+        m = re.search(r'href="([^"]*07_vector_add' + re.escape(suffix) + r')"', html)
+        assert m, f"no {suffix} download link"
+        assert (html_dir / "lessons" / "03_real_kernels" / m.group(1)).resolve().exists()
+
+
+def test_running_time_is_reported_and_nonzero(page):
+    _, html = page
+    m = re.search(r"Total running time of the script:.*?\((\d+) minutes ([\d.]+) seconds\)", html, re.S)
+    assert m, "no running time on the page"
+    assert int(m.group(1)) * 60 + float(m.group(2)) > 0
+
+
+def test_lesson_links_to_the_api(page):
+    _, html = page
+    assert re.search(r'href="[^"]*api\.html#tilebook\.vector_add"', html)
+
+
+def test_records_page_lists_provenance(built_site):
+    html_dir, _ = built_site
+    text = (html_dir / "measurements.html").read_text()
+    assert "vector_add_sweep" in text and "recorded on NVIDIA" in text
