@@ -29,7 +29,10 @@ def _host_has_cuda_torch() -> bool:
     """Does the interpreter running nox have a torch that sees a CUDA GPU?"""
     code = "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"
     try:
-        return subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120).returncode == 0
+        proc = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, timeout=120, check=False
+        )
+        return proc.returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
 
@@ -89,12 +92,23 @@ def docs(session: nox.Session) -> None:
     """
     serve = "--serve" in session.posargs
     _install(session, "docs-live" if serve else "docs")
-    env = {"TILEBOOK_RECORD_DIR": os.environ.get("TILEBOOK_RECORD_DIR", str(BUILD_HTML.parent / "records"))}
+    env = {
+        "TILEBOOK_RECORD_DIR": os.environ.get(
+            "TILEBOOK_RECORD_DIR", str(BUILD_HTML.parent / "records")
+        )
+    }
     args = ["-W", "--keep-going", "-b", "html", "docs", str(BUILD_HTML)]
     if serve:
         session.run(
-            "sphinx-autobuild", *args, "--watch", "src", "--watch", "gallery",
-            "--port", "8000", env=env,
+            "sphinx-autobuild",
+            *args,
+            "--watch",
+            "src",
+            "--watch",
+            "gallery",
+            "--port",
+            "8000",
+            env=env,
         )
     else:
         session.run("sphinx-build", *args, env=env)
@@ -113,5 +127,8 @@ def bench(session: nox.Session) -> None:
     """GPU only: measure every kernel against its baselines and write the records
     that CPU builds plot (into src/tilebook/records, to be committed)."""
     _install(session)
-    env = {"TILEBOOK_RECORD_DIR": str(ROOT / "src" / "tilebook" / "records"), "TILEBOOK_MODE": "gpu"}
+    env = {
+        "TILEBOOK_RECORD_DIR": str(ROOT / "src" / "tilebook" / "records"),
+        "TILEBOOK_MODE": "gpu",
+    }
     session.run("python", "benchmarks/run_all.py", *session.posargs, env=env)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 # Importing tilebook chooses GPU or interpreter mode before anything imports

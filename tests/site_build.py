@@ -23,8 +23,19 @@ def build_site(out: Path) -> tuple[Path, str]:
     # so that every lesson really runs in this build.
     shutil.rmtree(ROOT / "docs" / "lessons", ignore_errors=True)
     proc = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-b", "html",
-         "-d", str(doctrees), str(ROOT / "docs"), str(html)],
+        [
+            sys.executable,
+            "-m",
+            "sphinx",
+            "-W",
+            "--keep-going",
+            "-b",
+            "html",
+            "-d",
+            str(doctrees),
+            str(ROOT / "docs"),
+            str(html),
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -26,8 +26,11 @@ def test_correctness_table_printed_and_all_ok(page):
     _, html = page
     assert "vector_add vs float64 reference" in html
     assert "max abs err" in html and "rel err" in html
-    block = html[html.index("vector_add vs float64 reference") :]
-    block = block[: block.index("</pre>")]
+    # The printed table (not the code that makes it): from its header to the end of
+    # that output block.
+    start = html.index("max abs err")
+    start = html.rindex("vector_add vs float64 reference", 0, start)
+    block = html[start : html.index("</pre>", start)]
     rows = [line for line in block.splitlines() if "n=" in line or "strided" in line]
     assert len(rows) >= 8
     assert all(line.rstrip().endswith("ok") for line in rows), rows
@@ -63,7 +66,9 @@ def test_downloads_py_and_ipynb(page):
 
 def test_running_time_is_reported_and_nonzero(page):
     _, html = page
-    m = re.search(r"Total running time of the script:.*?\((\d+) minutes ([\d.]+) seconds\)", html, re.S)
+    m = re.search(
+        r"Total running time of the script:.*?\((\d+) minutes ([\d.]+) seconds\)", html, re.S
+    )
     assert m, "no running time on the page"
     assert int(m.group(1)) * 60 + float(m.group(2)) > 0
 

@@ -58,7 +58,7 @@ def test_tail_does_not_touch_memory_past_the_end(device):
     _assert_close(out, _ref(x, y))
 
 
-@pytest.mark.parametrize("block_size,num_warps", [(64, 1), (256, 2), (1024, 4), (4096, 8)])
+@pytest.mark.parametrize(("block_size", "num_warps"), [(64, 1), (256, 2), (1024, 4), (4096, 8)])
 def test_explicit_launch_settings(block_size, num_warps, device):
     x = torch.randn(3001, device=device)
     y = torch.randn(3001, device=device)
@@ -99,7 +99,7 @@ def test_wrong_device_is_a_clear_error():
 
 def test_wrong_type_dtype_shape(device):
     x = torch.randn(8, device=device)
-    with pytest.raises(TypeError, match="must be a torch.Tensor"):
+    with pytest.raises(TypeError, match=r"must be a torch\.Tensor"):
         tilebook.vector_add([1.0] * 8, x)
     with pytest.raises(TypeError, match="dtype int32"):
         tilebook.vector_add(x.int(), x.int())

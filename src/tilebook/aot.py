@@ -105,7 +105,9 @@ def _resolve(spec: str):
     """``"package.module:name"`` or ``"/path/file.py:name"`` to the kernel object."""
     target, _, attr = spec.rpartition(":")
     if not target or not attr:
-        raise ValueError(f"kernel spec must look like 'module:name' or 'file.py:name', got {spec!r}")
+        raise ValueError(
+            f"kernel spec must look like 'module:name' or 'file.py:name', got {spec!r}"
+        )
     if target.endswith(".py"):
         import importlib.util
 
@@ -133,7 +135,6 @@ def _compile_here(
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-
     from triton.runtime.jit import JITFunction
 
     divisible_by_16 = list(divisible_by_16 or [])

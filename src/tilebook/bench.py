@@ -219,7 +219,9 @@ def _record_dir() -> Path:
 def save_record(record: Record, directory: str | os.PathLike | None = None) -> Path:
     """Write ``record`` as ``<directory>/<name>.json``.  Only live GPU records are saved."""
     if not record.live or record.provenance.get("mode") != "gpu":
-        raise ValueError(f"refusing to save record {record.name!r}: it was not measured live on a GPU")
+        raise ValueError(
+            f"refusing to save record {record.name!r}: it was not measured live on a GPU"
+        )
     out_dir = Path(directory) if directory is not None else _record_dir()
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{record.name}.json"

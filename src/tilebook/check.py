@@ -59,7 +59,9 @@ def _compare(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, str]:
     o = out.detach().to(device="cpu", dtype=torch.float64)
     r = ref.detach().to(device="cpu", dtype=torch.float64)
     if o.shape != r.shape:
-        raise CorrectnessError(f"shape mismatch: output {tuple(o.shape)} vs reference {tuple(r.shape)}")
+        raise CorrectnessError(
+            f"shape mismatch: output {tuple(o.shape)} vs reference {tuple(r.shape)}"
+        )
     finite = torch.isfinite(r)
     same_nan = torch.isnan(o) & torch.isnan(r)
     same_inf = torch.isinf(o) & torch.isinf(r) & (torch.sign(o) == torch.sign(r))
@@ -99,7 +101,14 @@ class CorrectnessReport:
         max_abs, rel, note = _compare(out, ref)
         ok = rel <= tol and math.isfinite(max_abs)
         row = CheckRow(
-            case, tuple(out.shape), str(out.dtype).removeprefix("torch."), max_abs, rel, tol, ok, note
+            case,
+            tuple(out.shape),
+            str(out.dtype).removeprefix("torch."),
+            max_abs,
+            rel,
+            tol,
+            ok,
+            note,
         )
         self.rows.append(row)
         return row
@@ -122,7 +131,7 @@ class CorrectnessReport:
             )
             for r in self.rows
         ]
-        widths = [max(len(str(c)) for c in col) for col in zip(head, *body)]
+        widths = [max(len(str(c)) for c in col) for col in zip(head, *body, strict=True)]
         fmt = "  ".join(f"{{:<{w}}}" for w in widths)
         lines = [self.title, fmt.format(*head), fmt.format(*("-" * w for w in widths))]
         lines += [fmt.format(*row) for row in body]

@@ -80,7 +80,9 @@ def plot_record(
     rows = record.select(**(where or {}))
     rows = [r for r in rows if r.get(y) is not None]
     if not rows:
-        print(f"The record {record.name!r} has no rows with {y!r} matching {where}; nothing plotted.")
+        print(
+            f"The record {record.name!r} has no rows with {y!r} matching {where}; nothing plotted."
+        )
         return None
     groups: dict[Any, list[dict[str, Any]]] = {}
     for r in rows:
@@ -102,8 +104,6 @@ def plot_record(
         ax.set_title(title or record.title)
         if series or ceiling is not None:
             ax.legend(loc="best")
-        fig.text(
-            0.01, 0.005, record.caption(), fontsize=7.5, color="0.35", ha="left", va="bottom"
-        )
+        fig.text(0.01, 0.005, record.caption(), fontsize=7.5, color="0.35", ha="left", va="bottom")
         fig.tight_layout(rect=(0, 0.04, 1, 1))
     return fig

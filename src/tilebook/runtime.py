@@ -64,7 +64,7 @@ def _cuda_usable() -> tuple[bool, str]:
         if not torch.cuda.is_available():
             return False, "torch.cuda.is_available() is False"
         name = torch.cuda.get_device_name(0)
-    except Exception as exc:  # a broken driver must not crash a CPU build
+    except Exception as exc:  # noqa: BLE001  (a broken driver must not crash a CPU build)
         return False, f"CUDA failed to initialise ({exc})"
     return True, name
 

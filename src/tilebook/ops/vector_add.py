@@ -68,9 +68,7 @@ def launch_add(
     if num_warps not in (1, 2, 4, 8, 16, 32):
         raise ValueError(f"vector_add: num_warps must be a power of two up to 32, got {num_warps}")
     grid = (triton.cdiv(n, block_size),)
-    add_kernel[grid](
-        x, y, out, n, BLOCK_SIZE=block_size, INT64_OFFSETS=int64, num_warps=num_warps
-    )
+    add_kernel[grid](x, y, out, n, BLOCK_SIZE=block_size, INT64_OFFSETS=int64, num_warps=num_warps)
     return out
 
 

@@ -1,0 +1,123 @@
+"""Records, plots and the never-invent rule, without a GPU."""
+
+from __future__ import annotations
+
+import json
+
+import matplotlib
+import pytest
+
+import tilebook
+from tilebook import bench
+from tilebook.plots import plot_record
+
+matplotlib.use("Agg")
+
+
+def _gpu_record(live: bool) -> bench.Record:
+    prov = {
+        "gpu": "NVIDIA H100 80GB HBM3",
+        "torch": "2.11.0",
+        "triton": "3.6.0",
+        "cuda": "13.0",
+        "date": "2026-11-22T09:00:00Z",
+        "commit": "abc123",
+        "mode": "gpu",
+        "copy_gbps": 3000.0,
+    }
+    rows = [
+        {"n": 2**k, "impl": impl, "gbps": 100.0 * k + (5 if impl == "torch" else 0)}
+        for k in range(10, 14)
+        for impl in ("tilebook", "torch")
+    ]
+    return bench.Record("demo", "a demo", rows, prov, live=live)
+
+
+def test_caption_says_recorded_or_live():
+    assert (
+        _gpu_record(False)
+        .caption()
+        .startswith(
+            "recorded on NVIDIA H100 80GB HBM3, torch 2.11.0, triton 3.6.0, CUDA 13.0, 2026-11-22"
+        )
+    )
+    assert _gpu_record(True).caption().startswith("measured live on NVIDIA H100")
+
+
+def test_save_and_load_round_trip(tmp_path):
+    rec = _gpu_record(True)
+    path = bench.save_record(rec, tmp_path)
+    data = json.loads(path.read_text())
+    assert data["provenance"]["gpu"] == "NVIDIA H100 80GB HBM3"
+    loaded = bench.load_record("demo", tmp_path)
+    assert loaded is not None and not loaded.live
+    assert loaded.rows == rec.rows
+    assert loaded.select(impl="torch", n=1024) == [
+        r for r in rec.rows if r["impl"] == "torch" and r["n"] == 1024
+    ]
+
+
+def test_refuses_to_save_what_was_not_measured_on_a_gpu(tmp_path):
+    with pytest.raises(ValueError, match="not measured live on a GPU"):
+        bench.save_record(_gpu_record(False), tmp_path)
+    rec = _gpu_record(True)
+    rec.provenance["mode"] = "cpu"
+    with pytest.raises(ValueError, match="not measured live on a GPU"):
+        bench.save_record(rec, tmp_path)
+
+
+def test_missing_record_is_none(tmp_path):
+    assert bench.load_record("no_such_benchmark", tmp_path) is None
+
+
+@pytest.mark.skipif(tilebook.is_gpu(), reason="CPU behaviour")
+def test_cpu_mode_never_measures():
+    calls = []
+    rec = bench.record_or_measure("vector_add_sweep", "t", lambda: calls.append(1) or [])
+    assert calls == []  # the sweep function was never run
+    assert rec is not None and not rec.live
+    assert rec.provenance["mode"] == "gpu" and rec.provenance["gpu"].startswith("NVIDIA")
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+        bench.measure(lambda: None)
+    assert bench.record_or_measure("no_such_benchmark", "t", lambda: calls.append(1) or []) is None
+    assert calls == []
+
+
+def test_committed_records_carry_full_provenance():
+    names = sorted(p.stem for p in bench.RECORDS_DIR.glob("*.json"))
+    assert "vector_add_sizes" in names and "vector_add_sweep" in names
+    for name in names:
+        rec = bench.load_record(name, bench.RECORDS_DIR)
+        for key in ("gpu", "torch", "triton", "cuda", "date", "copy_gbps"):
+            assert rec.provenance.get(key), (name, key)
+        assert rec.rows and all("median_ms" in r for r in rec.rows)
+
+
+def test_vector_add_record_meets_its_target():
+    """The committed H100 record: >= 0.95x torch.add GB/s at 2^24..2^28 (fp32)."""
+    rec = bench.load_record("vector_add_sizes", bench.RECORDS_DIR)
+    for exp in range(24, 29):
+        (ours,) = rec.select(log2n=exp, impl="tilebook")
+        (theirs,) = rec.select(log2n=exp, impl="torch.add")
+        assert ours["gbps"] >= 0.95 * theirs["gbps"], exp
+
+
+def test_plot_from_record_has_caption_and_lines():
+    fig = plot_record(_gpu_record(False), x="n", y="gbps", series="impl", logx=True, ceiling=3000.0)
+    texts = [t.get_text() for t in fig.texts]
+    assert any(t.startswith("recorded on NVIDIA H100") for t in texts)
+    ax = fig.axes[0]
+    assert len(ax.lines) == 3  # two series and the ceiling
+    assert list(ax.lines[0].get_ydata()) == [1000.0, 1100.0, 1200.0, 1300.0]
+
+
+def test_plot_without_record_draws_nothing(capsys):
+    assert plot_record(None, x="n", y="gbps", name="missing_thing") is None
+    assert "No GPU measurement named 'missing_thing'" in capsys.readouterr().out
+
+
+def test_measurement_rates():
+    m = bench.Measurement(2.0, 1.9, 2.1, bytes_moved=6_000_000_000, flops=4_000_000_000_000)
+    assert m.gbps == pytest.approx(3000.0)
+    assert m.tflops == pytest.approx(2000.0)
+    assert set(m.as_row()) >= {"median_ms", "p20_ms", "p80_ms", "gbps", "tflops"}
