@@ -8,7 +8,9 @@ Run from the repository root::
 
 Throughput is *effective* bandwidth: the bytes an ideal implementation must move,
 the same count for every implementation, divided by the time.  Forward: read x
-and w, write y.  Backward: read x, dy, w and rstd, write dx and dw.
+and w, write y.  Backward: read x, dy, w and rstd, write dx and dw.  At 16384x1024
+a pass moves only ~64 MB (~25 us), so there the Python and launch overheads of each
+implementation start to show.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import torch.nn.functional as F
 
 import tilebook
 import tilebook.ops.rms_norm as op
-from tilebook.bench import measure, provenance
+from tilebook.bench import copy_bandwidth, measure, provenance
 
 EPS = 1e-6
 DTYPE = torch.bfloat16
@@ -186,12 +188,34 @@ def tune(hidden=MAIN_HIDDEN + SWEEP_HIDDEN) -> None:
                         m = _time_bwd(dy, x, w, rstd, rows, warps, per_sm, bwd_bytes)
                         bwd.append((m.gbps, f"rows={rows} warps={warps} progs/SM={per_sm}"))
         for name, res, default in (
-            ("fwd", fwd, op._fwd_config(n_cols, elem)[1:]),
-            ("bwd", bwd, op._bwd_config(n_cols, elem)[1:]),
+            ("fwd", fwd, op._fwd_config(n_cols)[1:]),
+            ("bwd", bwd, op._bwd_config(n_cols)[1:]),
         ):
             res.sort(reverse=True)
             top = "; ".join(f"{g:.0f} GB/s {cfg}" for g, cfg in res[:4])
-            print(f"tune {name} H={n_cols} (default rows,warps={default}): {top}", flush=True)
+            print(f"tune {name} H={n_cols} (default {default}): {top}", flush=True)
+        if n_cols in MAIN_HIDDEN:
+            _autograd_cost(x, w, dy, rstd, bwd_bytes)
+
+
+def _autograd_cost(x, w, dy, rstd, nbytes) -> None:
+    """The backward through autograd against the bare launcher: what the glue costs.
+
+    (No torch.profiler here: on an H100, after it had run, the Triton-launched
+    implementations in the table that followed became launch-bound.)
+    """
+    xg = x.detach().requires_grad_()
+    wg = w.detach().requires_grad_()
+    y = op.rms_norm(xg, wg, EPS)
+    launcher = measure(lambda: op.launch_rms_norm_bwd(dy, x, w, rstd), bytes_moved=nbytes)
+    grad = lambda: torch.autograd.grad(y, (xg, wg), dy, retain_graph=True)
+    autograd = measure(grad, bytes_moved=nbytes)
+    print(
+        f"tune bwd H={x.shape[1]}: launcher {launcher.median_ms * 1e3:.1f} us "
+        f"({launcher.gbps:.0f} GB/s), through autograd {autograd.median_ms * 1e3:.1f} us "
+        f"({autograd.gbps:.0f} GB/s)",
+        flush=True,
+    )
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
@@ -221,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
         print("no GPU: nothing to measure (see the committed records instead)")
         return 0
     p = provenance()
-    print(f"# {p['gpu']}, {p['sm_count']} SMs, CUDA {p['cuda']}", flush=True)
+    copy = copy_bandwidth().gbps
+    print(f"# {p['gpu']}, {p['sm_count']} SMs, CUDA {p['cuda']}, copy {copy:.0f} GB/s", flush=True)
     if args.tune:
         tune()
     print_table(run(quick=args.quick))

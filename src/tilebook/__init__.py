@@ -7,6 +7,7 @@ on the CPU; see :mod:`tilebook.runtime`), and only then imports Triton.
 from . import runtime  # noqa: I001  (must run before anything imports triton)
 from .runtime import banner, device, get_runtime, is_gpu, is_interpreter, pick
 from . import aot, bench, check, ops
+from .ops.rms_norm import rms_norm
 from .ops.vector_add import vector_add
 
 __version__ = "0.1.0"
@@ -24,5 +25,6 @@ __all__ = [
     "ops",
     "pick",
     "runtime",
+    "rms_norm",
     "vector_add",
 ]

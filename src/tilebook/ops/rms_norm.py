@@ -38,8 +38,10 @@ __all__ = [
     "rms_norm_fwd_kernel",
 ]
 
-#: Largest hidden size: a whole row (rounded up to a power of two) lives in one
-#: program's registers, and past this the backward pass would spill.
+#: Largest hidden size.  A whole row (rounded up to a power of two) lives in one
+#: program's registers: up to 8192 nothing spills; longer rows make the backward
+#: kernel spill a little (at 16384 that is still the fastest configuration measured
+#: on an H100), and more the longer they get.
 MAX_HIDDEN = 65536
 
 
@@ -136,33 +138,45 @@ def rms_norm_bwd_kernel(
 # ---------------------------------------------------------------------------
 
 
-def _fwd_config(n_cols: int, elem_size: int) -> tuple[int, int, int]:
+# The heuristics below come from a sweep on an H100 (bf16, 16384 rows, hidden
+# sizes 1024 to 16384; ``benchmarks/rms_norm.py --tune``).  Every choice within a
+# few percent of the best was kept only if it followed one simple rule.
+
+
+def _warps(tile: int, block_n: int) -> int:
+    # About 16 values per thread: 16-byte loads, and no spills.  Past 16 warps the
+    # block-wide reductions cost more than they save, except where rows are so long
+    # that 16 warps would hold too many values per thread.
+    return min(32 if block_n > 16384 else 16, max(1, tile // 512))
+
+
+def _fwd_config(n_cols: int) -> tuple[int, int, int]:
     """(BLOCK_N, rows per program, num_warps) for the forward kernel.
 
-    Short rows are grouped so that one program still moves a few KiB (enough
-    bytes in flight to hide memory latency); warps grow with the tile so that each
-    thread holds about 16 values, which keeps 16-byte loads without spilling.
+    Short rows are grouped until a program moves about 4096 elements, enough bytes
+    in flight per program to keep the memory system busy.
     """
     block_n = triton.next_power_of_2(n_cols)
-    rows = max(1, min(4, 4096 // (block_n * elem_size)))
-    num_warps = min(32, max(1, block_n * rows // 512))
-    return block_n, rows, num_warps
+    rows = min(16, max(1, 4096 // block_n))
+    return block_n, rows, _warps(rows * block_n, block_n)
 
 
-def _bwd_config(n_cols: int, elem_size: int) -> tuple[int, int, int]:
-    """(BLOCK_N, rows per loop step, num_warps) for the backward kernel.
+#: Resident warps per SM that the persistent backward grid aims for.
+BWD_WARPS_PER_SM = 16
 
-    The backward kernel holds four row-length vectors per thread (x, dy, w and the
-    dw accumulator), so it keeps the same ~16 values per thread as the forward.
+
+def _bwd_config(n_cols: int) -> tuple[int, int, int, int]:
+    """(BLOCK_N, rows per loop step, num_warps, programs per SM) for the backward kernel.
+
+    Short rows are grouped half as far as in the forward: the backward keeps the dw
+    accumulator in registers as well as x and dy.  The grid holds
+    :data:`BWD_WARPS_PER_SM` warps per SM: small programs come several to an SM,
+    large ones one.
     """
     block_n = triton.next_power_of_2(n_cols)
-    rows = max(1, min(4, 2048 // (block_n * elem_size)))
-    num_warps = min(32, max(1, block_n * rows // 512))
-    return block_n, rows, num_warps
-
-
-#: Programs per SM for the persistent backward grid.
-BWD_PROGRAMS_PER_SM = 2
+    rows = min(8, max(1, 2048 // block_n))
+    warps = _warps(rows * block_n, block_n)
+    return block_n, rows, warps, max(1, BWD_WARPS_PER_SM // warps)
 
 
 @functools.cache
@@ -203,7 +217,7 @@ def launch_rms_norm_fwd(
     rstd = torch.empty((n_rows,), dtype=torch.float32, device=x.device)
     if x.numel() == 0:
         return y, rstd
-    block_n, rows, warps = _fwd_config(n_cols, x.element_size())
+    block_n, rows, warps = _fwd_config(n_cols)
     rows = rows_per_program or rows
     warps = num_warps or warps
     _check_config(rows, warps)
@@ -233,11 +247,11 @@ def launch_rms_norm_bwd(
     dx = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
     if x.numel() == 0:
         return dx, torch.zeros_like(weight)
-    block_n, rows, warps = _bwd_config(n_cols, x.element_size())
+    block_n, rows, warps, per_sm = _bwd_config(n_cols)
     rows = rows_per_program or rows
     warps = num_warps or warps
     _check_config(rows, warps)
-    n_progs = _bwd_grid_size(x, triton.cdiv(n_rows, rows), programs_per_sm or BWD_PROGRAMS_PER_SM)
+    n_progs = _bwd_grid_size(x, triton.cdiv(n_rows, rows), programs_per_sm or per_sm)
     dw_partial = torch.empty((n_progs, n_cols), dtype=torch.float32, device=x.device)
     rms_norm_bwd_kernel[(n_progs,)](
         dy, x, weight, rstd, dx, dw_partial, n_rows, n_cols,
