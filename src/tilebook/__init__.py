@@ -24,7 +24,7 @@ __all__ = [
     "is_interpreter",
     "ops",
     "pick",
-    "runtime",
     "rms_norm",
+    "runtime",
     "vector_add",
 ]

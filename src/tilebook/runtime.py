@@ -50,10 +50,6 @@ class Runtime:
     def device(self) -> torch.device:
         return torch.device("cuda" if self.mode == "gpu" else "cpu")
 
-    @property
-    def interpreter(self) -> bool:
-        return self.mode == "cpu"
-
 
 def _env_truthy(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")

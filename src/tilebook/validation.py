@@ -13,7 +13,7 @@ import torch
 
 from . import runtime
 
-__all__ = ["check_float_dtype", "check_same_shape", "check_tensor"]
+__all__ = ["FLOAT_DTYPES", "check_same_shape", "check_tensor"]
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -60,11 +60,6 @@ def check_tensor(
             f"{op}: {name} must have at least {min_ndim} dimension(s), got shape {tuple(x.shape)}"
         )
     return x
-
-
-def check_float_dtype(x: torch.Tensor, name: str, op: str) -> None:
-    """Check for one of the floating dtypes the kernels support (fp16, bf16, fp32)."""
-    check_tensor(x, name, op, dtypes=FLOAT_DTYPES)
 
 
 def check_same_shape(a: torch.Tensor, b: torch.Tensor, names: tuple[str, str], op: str) -> None:
