@@ -6,7 +6,8 @@ timed.  Bytes counted: forward reads x and writes y; backward reads y and dy and
 writes dx; each once.
 
     PYTHONPATH=src python benchmarks/softmax.py            # table, ratio vs best baseline
-    PYTHONPATH=src python benchmarks/softmax.py --sweep    # the sweep behind the config tables
+    PYTHONPATH=src python benchmarks/softmax.py --sweep    # time candidate configurations
+    PYTHONPATH=src python benchmarks/softmax.py --tune     # sweep, use the winners, benchmark
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 import torch
 
 import tilebook
-from tilebook.bench import measure
+from tilebook.bench import copy_bandwidth, measure
 from tilebook.ops import softmax as sm
 
 DTYPE = torch.bfloat16
@@ -54,8 +55,11 @@ def _fwd_ref(x: torch.Tensor) -> torch.Tensor:
     return torch.softmax(x.double(), dim=-1)
 
 
-def _bwd_ref(y64: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
-    dy64 = dy.double()
+def _bwd_ref(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+    # The exact gradient for the bf16 y that every implementation is given: against the
+    # gradient of the exact softmax, y's rounding alone would dominate rows where one
+    # entry takes nearly all the mass (1 - y cancels there).
+    y64, dy64 = y.double(), dy.double()
     return y64 * (dy64 - (dy64 * y64).sum(-1, keepdim=True))
 
 
@@ -65,10 +69,9 @@ def _check_fwd(name: str, y: torch.Tensor, ref: torch.Tensor) -> None:
 
 
 def _check_bwd(name: str, dx: torch.Tensor, ref: torch.Tensor) -> None:
-    # dy - sum(dy * y) can cancel, so compare per row relative to the row's norm.
-    err = (dx.double() - ref).norm(dim=-1) / ref.norm(dim=-1).clamp_min(1e-30)
-    if not bool(err.max() < 2e-2):
-        raise AssertionError(f"{name}: worst row relative error {err.max().item():.3g}")
+    # float32 sums of long rows leave an absolute error relative to the largest entry.
+    atol = 1e-4 * float(ref.abs().max())
+    torch.testing.assert_close(dx.double(), ref, rtol=8e-3, atol=atol, msg=lambda m: f"{name}: {m}")
 
 
 def _tilebook_bwd(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
@@ -113,7 +116,7 @@ def _bench_shape(m: int, n: int) -> list[dict]:
         _check_fwd(f"softmax_fwd {impl} {shape}", fn(), ref)
         rows.append(_row("softmax_fwd", shape, impl, measure(fn, bytes_moved=2 * nbytes)))
     y = torch.softmax(x, -1)
-    ref = _bwd_ref(ref, dy)
+    ref = _bwd_ref(y, dy)
     comp_bwd = _compiled(_torch_bwd)
     bwd = {
         "tilebook": lambda: _tilebook_bwd(y, dy),
@@ -155,45 +158,76 @@ def table(rows: list[dict]) -> str:
 # ------------------------------------------------------------------------- the sweep
 
 
+# Per row length: (rows per tile, num_warps) for the single-pass kernels, or
+# ("online", chunk, num_warps, ctas_per_sm).  Each is timed with both L2 policies.
+_FWD_CANDIDATES: dict[int, list[tuple]] = {
+    256: [(64, 16), (64, 8), (32, 8), (32, 4), (16, 4), (16, 2), (8, 2)],
+    512: [(16, 8), (32, 8), (8, 4), (16, 4), (8, 2), (4, 2)],
+    1024: [(8, 8), (16, 8), (4, 4), (8, 4), (4, 2), (2, 2)],
+    2048: [(4, 8), (8, 8), (2, 4)],
+    4096: [(2, 16), (1, 4), (1, 8)],
+    8192: [(1, 16), (1, 8), ("online", 4096, 8, None)],
+    16384: [(1, 16), (1, 32), ("online", 4096, 8, None)],
+    32768: [
+        (1, 16),
+        (1, 32),
+        ("online", 8192, 8, 4),
+        ("online", 8192, 16, None),
+        ("online", 4096, 8, None),
+    ],
+}
+_BWD_CANDIDATES: dict[int, list[tuple]] = {
+    256: [(32, 16), (32, 8), (16, 8), (16, 4)],
+    512: [(16, 16), (16, 8), (8, 4), (8, 8)],
+    1024: [(8, 16), (8, 8), (4, 8)],
+    2048: [(4, 16), (4, 8), (2, 8)],
+    4096: [(2, 16), (1, 8), (2, 8), (4, 16)],
+    8192: [(1, 32), (1, 16), (1, 8)],
+    16384: [
+        (1, 16),
+        (1, 32),
+        ("online", 8192, 16, 2),
+        ("online", 8192, 16, None),
+        ("online", 4096, 8, None),
+    ],
+    32768: [
+        ("online", 8192, 16, 2),
+        ("online", 8192, 16, None),
+        ("online", 8192, 8, None),
+        ("online", 4096, 8, None),
+        ("online", 4096, 16, None),
+        ("online", 4096, 4, None),
+        ("online", 2048, 8, None),
+        ("online", 2048, 4, None),
+        ("online", 16384, 32, None),
+    ],
+}
+
+
 def _candidates(n: int, backward: bool) -> list[sm.SoftmaxConfig]:
     """Configurations worth timing for rows of n elements (n a power of two)."""
-    c = sm.SoftmaxConfig
-    out: list[sm.SoftmaxConfig] = []
-    if n <= 2048:
-        pairs = [(4096, 4), (4096, 8), (8192, 8), (8192, 16)] if backward else [
-            (4096, 4), (8192, 4), (8192, 8), (16384, 8), (16384, 16)]  # fmt: skip
-        out += [c(max(1, t // n), n, w) for t, w in pairs]
-        if not backward and n in (256, 1024):
-            out.append(c(8192 // n, n, 8, num_stages=2, ctas_per_sm=4))
-    elif n == 4096:
-        out += [c(bm, n, w) for bm, w in [(1, 4), (1, 8), (2, 8), (2, 16)]]
-        if not backward:
-            out += [c(4, 4096, 16), c(2, 4096, 8, num_stages=2, ctas_per_sm=4)]
-    elif n == 8192:
-        out += [c(1, n, w) for w in (8, 16, 32)]
-        if not backward:
-            out.append(c(2, n, 16))
-    else:
-        warps = (32,) if backward and n == 32768 else (16, 32)
-        out += [c(1, n, w) for w in warps]
-        if not backward:
-            out += [c(1, n, w, num_stages=2, ctas_per_sm=1) for w in (16, 32)]
-    if n >= 8192:
-        online = [(4096, 4, 8), (4096, 8, 4), (8192, 16, 2)]
-        if not backward:
-            online += [(8192, 8, 4), (4096, 8, None)]
-        out += [c(1, b, w, online=True, ctas_per_sm=k) for b, w, k in online]
-        out.append(c(1, 4096, 8, num_stages=2, online=True, ctas_per_sm=4))
+    out = []
+    for spec in (_BWD_CANDIDATES if backward else _FWD_CANDIDATES)[n]:
+        for evict in ("", "evict_first"):
+            if spec[0] == "online":
+                _, chunk, warps, ctas = spec
+                out.append(sm.SoftmaxConfig(1, chunk, warps, 1, True, ctas, evict))
+            else:
+                out.append(sm.SoftmaxConfig(spec[0], n, spec[1], evict=evict))
     return out
 
 
-def _short(cfg: sm.SoftmaxConfig) -> str:
-    kind = "online" if cfg.online else "single"
-    return (f"{kind} bm={cfg.block_m} bn={cfg.block_n} w={cfg.num_warps} "
-            f"st={cfg.num_stages} ctas={cfg.ctas_per_sm}")  # fmt: skip
+def _literal(cfg: sm.SoftmaxConfig) -> str:
+    """The config as it is written in the tables of tilebook/ops/softmax.py."""
+    extra = "".join(
+        f", {k}={v!r}"
+        for k, v in (("online", cfg.online), ("ctas_per_sm", cfg.ctas_per_sm), ("evict", cfg.evict))
+        if v != sm.SoftmaxConfig.__dataclass_fields__[k].default
+    )
+    return f"_C({cfg.block_m}, {cfg.block_n}, {cfg.num_warps}{extra})"
 
 
-def _sweep_width(n: int, deadline: float) -> list[dict]:
+def _sweep_width(n: int, deadline: float) -> tuple[list[dict], dict[str, sm.SoftmaxConfig]]:
     m = 2**27 // n
     shape = _shape(m, n)
     x, dy = _inputs(m, n)
@@ -214,8 +248,9 @@ def _sweep_width(n: int, deadline: float) -> list[dict]:
         t = measure(fn, warmup=10, rep=40).median_ms
         best_base[d] = min(best_base.get(d, float("inf")), t)
         rows.append({"dir": d, "n": n, "impl": impl, "ms": t})
+    best: dict[str, sm.SoftmaxConfig] = {}
     for d in ("fwd", "bwd"):
-        results = []
+        timed = []
         out = torch.empty_like(x)
         for cfg in _candidates(n, backward=d == "bwd"):
             if time.time() > deadline:
@@ -229,44 +264,75 @@ def _sweep_width(n: int, deadline: float) -> list[dict]:
                 err = (fn().float() - dx_ref).abs().max().item()
                 ok = err < 2e-2 * dx_ref.abs().max().item()
             t = measure(fn, warmup=10, rep=40).median_ms
-            results.append((t, cfg, ok))
-            rows.append({"dir": d, "n": n, "impl": _short(cfg), "ms": t, "ok": ok})
-        results.sort(key=lambda r: r[0])
+            rows.append({"dir": d, "n": n, "impl": _literal(cfg), "ms": t, "ok": ok})
+            if ok:
+                timed.append((t, cfg, fn))
+        # The front runners are often within noise: time them again, for longer.
+        timed.sort(key=lambda r: r[0])
+        final = sorted((measure(fn, rep=150).median_ms, cfg) for _, cfg, fn in timed[:3])
         moved = (2 if d == "fwd" else 3) * nbytes
         print(f"{d} {shape}: torch/compile best {best_base[d]:.4f} ms "
               f"{moved / best_base[d] / 1e6:.0f} GB/s", flush=True)  # fmt: skip
-        for t, cfg, ok in results[:4]:
-            print(f"  {_short(cfg):<50} {t:7.4f} ms {moved / t / 1e6:5.0f} GB/s "
-                  f"x{best_base[d] / t:4.2f}{'' if ok else ' WRONG'}", flush=True)  # fmt: skip
-    return rows
+        for t, cfg in final:
+            print(f"  {_literal(cfg):<58} {t:7.4f} ms {moved / t / 1e6:5.0f} GB/s "
+                  f"x{best_base[d] / t:4.2f}", flush=True)  # fmt: skip
+        if final:
+            best[d] = final[0][1]
+    return rows, best
 
 
-def sweep(budget_s: float = 330.0, widths: list[int] | None = None) -> list[dict]:
-    """Time every candidate configuration per row length; print the best few per width."""
+def sweep(
+    budget_s: float = 330.0, widths: list[int] | None = None
+) -> tuple[list[dict], dict[tuple[str, int], sm.SoftmaxConfig]]:
+    """Time every candidate configuration per row length; return the rows and the winners."""
     deadline = time.time() + budget_s
     rows: list[dict] = []
+    best: dict[tuple[str, int], sm.SoftmaxConfig] = {}
     # The long rows first: they are the hard cases, and the budget may run out.
     for n in widths or [32768, 16384, 8192, 256, 4096, 1024, 2048, 512]:
         if time.time() > deadline:
             break
-        rows += _sweep_width(n, deadline)
+        width_rows, width_best = _sweep_width(n, deadline)
+        rows += width_rows
+        best.update({(d, n): cfg for d, cfg in width_best.items()})
         torch.cuda.empty_cache()
-    return rows
+    return rows, best
+
+
+def install(best: dict[tuple[str, int], sm.SoftmaxConfig]) -> str:
+    """Put the sweep's winners in tilebook's tables; return them as source to paste there."""
+    lines = []
+    for d, table in (("fwd", sm._FWD_TABLE), ("bwd", sm._BWD_TABLE)):
+        lines.append(f"_{d.upper()}_TABLE = {{")
+        for n in sorted(table):
+            if (d, n) in best:
+                table[n] = best[d, n]
+            lines.append(f"    {n}: {_literal(table[n])},")
+        lines.append("}")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="three shapes only")
     p.add_argument("--sweep", action="store_true", help="time candidate configurations")
+    p.add_argument("--tune", action="store_true", help="sweep, use the winners, then benchmark")
     p.add_argument("--budget", type=float, default=330.0, help="seconds the sweep may take")
     p.add_argument("--json", help="write the rows to this file")
     args = p.parse_args(argv)
     print(tilebook.banner(), flush=True)
-    rows = sweep(args.budget) if args.sweep else run(quick=args.quick)
+    swept: list[dict] = []
+    rows: list[dict] = []
+    if args.sweep or args.tune:
+        swept, best = sweep(args.budget)
+        print(install(best) if args.tune else "", flush=True)
+    if not args.sweep:
+        rows = run(quick=args.quick)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+            json.dump({"sweep": swept, "bench": rows}, f, indent=1)
     if not args.sweep:
+        print(f"device copy ceiling: {copy_bandwidth().gbps:.0f} GB/s")
         print(table(rows))
     return 0
 

@@ -151,27 +151,40 @@ def test_empty_and_scalar(device):
         assert sm.softmax(s, dim).item() == 1.0
 
 
-def test_persistent_loop_covers_every_tile(device):
+@pytest.mark.parametrize(("int64", "evict"), [(False, ""), (True, "evict_first")])
+def test_persistent_loop_covers_every_tile(int64, evict, device):
     # A grid smaller than the work: each program must stride over several tiles/rows.
     x = torch.randn(11, 40, device=device)
     y = torch.full_like(x, -1.0)
+    knobs = {"NUM_STAGES": 1, "EVICT": evict, "INT64": int64}
+    fwd_args = (x, y, 11, 40, 40, 40)
     sm.softmax_fwd_kernel[(3,)](
-        x, y, 11, 40, 40, 40, BLOCK_M=2, BLOCK_N=64, EVEN_N=False, NUM_STAGES=1
+        *fwd_args, BLOCK_M=2, BLOCK_N=64, EVEN_M=False, EVEN_N=False, **knobs
     )
     _assert_matches(y, x)
     y.fill_(-1.0)
-    sm.softmax_fwd_online_kernel[(3,)](x, y, 11, 40, 40, 40, BLOCK_N=16, NUM_STAGES=1)
+    sm.softmax_fwd_online_kernel[(3,)](*fwd_args, BLOCK_N=16, **knobs)
     _assert_matches(y, x)
     p = torch.softmax(x, -1)
     dy = torch.randn_like(x)
     want = torch.ops.aten._softmax_backward_data(dy, p, -1, x.dtype)
     dx = torch.full_like(x, -1.0)
-    args = (p, dy, dx, 11, 40, 40, 40, 40)
-    sm.softmax_bwd_kernel[(3,)](*args, BLOCK_M=4, BLOCK_N=64, EVEN_N=False, NUM_STAGES=1)
+    bwd_args = (p, dy, dx, 11, 40, 40, 40, 40)
+    sm.softmax_bwd_kernel[(3,)](
+        *bwd_args, BLOCK_M=4, BLOCK_N=64, EVEN_M=False, EVEN_N=False, **knobs
+    )
     torch.testing.assert_close(dx, want, rtol=1e-5, atol=1e-7)
     dx.fill_(-1.0)
-    sm.softmax_bwd_online_kernel[(3,)](*args, BLOCK_N=16, NUM_STAGES=1)
+    sm.softmax_bwd_online_kernel[(3,)](*bwd_args, BLOCK_N=16, **knobs)
     torch.testing.assert_close(dx, want, rtol=1e-5, atol=1e-7)
+
+
+def test_int64_offsets_only_when_needed():
+    cfg = sm.SoftmaxConfig(4, 64, 4)
+    small = torch.empty(1000, 64, device="meta")
+    far = torch.empty_strided((5, 64), (2**29, 1), device="meta")
+    assert not sm._needs_int64(1000, cfg, small, small)
+    assert sm._needs_int64(5, cfg, far, small)
 
 
 def test_explicit_configs(device):
@@ -180,7 +193,7 @@ def test_explicit_configs(device):
     configs = [
         sm.SoftmaxConfig(4, 512, 4),
         sm.SoftmaxConfig(1, 512, 8, num_stages=2, ctas_per_sm=1),
-        sm.SoftmaxConfig(1, 128, 4, online=True, ctas_per_sm=2),
+        sm.SoftmaxConfig(1, 128, 4, online=True, ctas_per_sm=2, evict="evict_first"),
     ]
     for cfg in configs:
         _assert_matches(sm.launch_softmax_forward(x, y, cfg), x)
@@ -188,18 +201,24 @@ def test_explicit_configs(device):
         sm.launch_softmax_forward(x, y, sm.SoftmaxConfig(1, 256, 4))
     with pytest.raises(ValueError, match="powers of two"):
         sm.launch_softmax_forward(x, y, sm.SoftmaxConfig(3, 512, 4))
+    with pytest.raises(ValueError, match="evict"):
+        sm.launch_softmax_forward(x, y, sm.SoftmaxConfig(1, 512, 4, evict="evict_last"))
 
 
-def test_pick_config():
-    for n in (1, 17, 256, 1000, 4096, sm.ONLINE_THRESHOLD):
+def test_pick_config(monkeypatch):
+    for n in (1, 17, 256, 1000, 4096, 16384, sm.ONLINE_THRESHOLD):
         for backward in (False, True):
             cfg = sm.pick_config(n, backward=backward)
-            assert not cfg.online
-            assert cfg.block_n >= n
+            sm._check_config(cfg, n)
             assert cfg.block_m * cfg.block_n <= 2**16
-    cfg = sm.pick_config(sm.ONLINE_THRESHOLD + 1)
-    assert cfg.online
-    assert cfg.block_n == sm.ONLINE_BLOCK
+            if n <= 16384:
+                assert not cfg.online
+    for backward in (False, True):
+        cfg = sm.pick_config(sm.ONLINE_THRESHOLD + 1, backward=backward)
+        assert cfg.online
+        sm._check_config(cfg, sm.ONLINE_THRESHOLD + 1)
+    monkeypatch.setattr(sm, "ONLINE_BLOCK", 64)
+    assert sm.pick_config(10**6).block_n == 64
 
 
 @pytest.mark.parametrize(
@@ -259,9 +278,19 @@ _SIG_BWD |= {"n_cols": "i32", "stride_y": "i32", "stride_dy": "i32", "stride_dx"
 def test_kernels_compile_for_sm90():
     """Each kernel compiles ahead of time for an H100 with 16-byte loads and no spills."""
     jobs = [
-        ("softmax_fwd_kernel", _SIG_FWD, {"BLOCK_M": 8, "BLOCK_N": 1024, "EVEN_N": True}, 8),
+        (
+            "softmax_fwd_kernel",
+            _SIG_FWD,
+            {"BLOCK_M": 8, "BLOCK_N": 1024, "EVEN_M": True, "EVEN_N": True},
+            8,
+        ),
         ("softmax_fwd_online_kernel", _SIG_FWD, {"BLOCK_N": 4096}, 8),
-        ("softmax_bwd_kernel", _SIG_BWD, {"BLOCK_M": 4, "BLOCK_N": 1024, "EVEN_N": True}, 8),
+        (
+            "softmax_bwd_kernel",
+            _SIG_BWD,
+            {"BLOCK_M": 4, "BLOCK_N": 1024, "EVEN_M": False, "EVEN_N": True},
+            8,
+        ),
         ("softmax_bwd_online_kernel", _SIG_BWD, {"BLOCK_N": 4096}, 8),
     ]
 
@@ -271,7 +300,7 @@ def test_kernels_compile_for_sm90():
         return compile_kernel(
             f"tilebook.ops.softmax:{name}",
             sig,
-            {**consts, "NUM_STAGES": 1},
+            {**consts, "NUM_STAGES": 1, "EVICT": "", "INT64": False},
             arch=90,
             num_warps=warps,
             divisible_by_16=aligned,

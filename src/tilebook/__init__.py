@@ -8,6 +8,7 @@ from . import runtime  # noqa: I001  (must run before anything imports triton)
 from .runtime import banner, device, get_runtime, is_gpu, is_interpreter, pick
 from . import aot, bench, check, ops
 from .ops.rms_norm import rms_norm
+from .ops.softmax import softmax
 from .ops.vector_add import vector_add
 
 __version__ = "0.1.0"
@@ -26,5 +27,6 @@ __all__ = [
     "pick",
     "rms_norm",
     "runtime",
+    "softmax",
     "vector_add",
 ]

@@ -6,9 +6,10 @@ memory-bound: the forward reads ``x`` and writes ``y``; the backward reads ``y``
 of HBM once, so the kernels come in two shapes:
 
 * **single pass** (rows up to :data:`ONLINE_THRESHOLD` elements, padded to a power
-  of two): a program loads a tile of ``BLOCK_M`` whole rows into registers, reduces
-  them and writes the result.  Short rows share a program so that each one still
-  moves enough bytes to hide the latency of HBM.
+  of two; 16384 for the backward, which holds two rows): a program loads a tile of
+  ``BLOCK_M`` whole rows into registers, reduces them and writes the result.  Short
+  rows share a program so that each one still moves enough bytes to hide the
+  latency of HBM.
 * **online** (longer rows): a program walks its row in chunks of ``BLOCK_N``
   keeping a running maximum and a running sum that is rescaled whenever the maximum
   grows (Milakov & Gimelshein, 2018), then walks the row again to write.  The
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -35,6 +36,7 @@ __all__ = [
     "ONLINE_BLOCK",
     "ONLINE_THRESHOLD",
     "SoftmaxConfig",
+    "SoftmaxFunction",
     "launch_softmax_backward",
     "launch_softmax_forward",
     "pick_config",
@@ -44,11 +46,14 @@ __all__ = [
 #: Rows whose padded length exceeds this many elements take the online kernels.
 #: Module-level so that tests can lower it and reach the online path at small sizes.
 ONLINE_THRESHOLD = 32768
-#: Chunk length (elements) of the online kernels.
-ONLINE_BLOCK = 4096
+#: Chunk length of the online kernels; None keeps the tuned one (4096 forward, 8192
+#: backward).  Tests set it small to get many chunks out of short rows.
+ONLINE_BLOCK: int | None = None
 
 
 # --------------------------------------------------------------------------- kernels
+# EVICT is the L2 policy of loads and stores that stream (read or written once):
+# "" (the default) or "evict_first".  INT64 widens row offsets that may pass 2**31.
 
 
 @triton.jit
@@ -61,8 +66,11 @@ def softmax_fwd_kernel(
     stride_y,
     BLOCK_M: tl.constexpr,  # rows per tile
     BLOCK_N: tl.constexpr,  # n_cols padded to a power of two
+    EVEN_M: tl.constexpr,  # n_rows % BLOCK_M == 0: no row mask
     EVEN_N: tl.constexpr,  # n_cols == BLOCK_N: no column mask
     NUM_STAGES: tl.constexpr,  # >1 lets the compiler prefetch the next tile
+    EVICT: tl.constexpr,
+    INT64: tl.constexpr,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -76,15 +84,22 @@ def softmax_fwd_kernel(
             mask = (rows < n_rows)[:, None]
         else:
             mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
-        rows = rows.to(tl.int64)  # rows * stride may pass 2**31
+        if INT64:
+            rows = rows.to(tl.int64)
         x_ptrs = x_ptr + rows[:, None] * stride_x + cols[None, :]
-        x = tl.load(x_ptrs, mask=mask, other=-float("inf"), eviction_policy="evict_first")
+        if EVEN_M and EVEN_N:  # no predicates at all on exact tiles
+            x = tl.load(x_ptrs, eviction_policy=EVICT)
+        else:
+            x = tl.load(x_ptrs, mask=mask, other=-float("inf"), eviction_policy=EVICT)
         x = x.to(tl.float32)
         # An all -inf row gives -inf - -inf = NaN here, which is what torch returns.
         e = tl.exp(x - tl.max(x, axis=1)[:, None])
-        y = e * (1.0 / tl.sum(e, axis=1))[:, None]
+        y = (e * (1.0 / tl.sum(e, axis=1))[:, None]).to(y_ptr.dtype.element_ty)
         y_ptrs = y_ptr + rows[:, None] * stride_y + cols[None, :]
-        tl.store(y_ptrs, y.to(y_ptr.dtype.element_ty), mask=mask, eviction_policy="evict_first")
+        if EVEN_M and EVEN_N:
+            tl.store(y_ptrs, y, eviction_policy=EVICT)
+        else:
+            tl.store(y_ptrs, y, mask=mask, eviction_policy=EVICT)
 
 
 @triton.jit
@@ -97,12 +112,15 @@ def softmax_fwd_online_kernel(
     stride_y,
     BLOCK_N: tl.constexpr,  # chunk length
     NUM_STAGES: tl.constexpr,
+    EVICT: tl.constexpr,
+    INT64: tl.constexpr,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
+    if INT64:
+        pid = pid.to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     n_chunks = tl.cdiv(n_cols, BLOCK_N)
-    pid = pid.to(tl.int64)  # row * stride may pass 2**31
     for i in tl.range(0, tl.cdiv(n_rows - pid, nprog)):
         row = pid + i * nprog
         x_row = x_ptr + row * stride_x
@@ -124,14 +142,12 @@ def softmax_fwd_online_kernel(
         # An all -inf row ends with s == 0, and 0 * (1 / 0) = NaN as in torch.
         shift = tl.where(m == -float("inf"), 0.0, m)
         inv = 1.0 / s
-        for i in tl.range(0, n_chunks, num_stages=NUM_STAGES):
-            offs = (n_chunks - 1 - i) * BLOCK_N + cols  # newest chunk first: still in L2
+        for j in tl.range(0, n_chunks, num_stages=NUM_STAGES):
+            offs = (n_chunks - 1 - j) * BLOCK_N + cols  # newest chunk first: still in L2
             mask = offs < n_cols
-            x = tl.load(x_row + offs, mask=mask, other=-float("inf"), eviction_policy="evict_first")
+            x = tl.load(x_row + offs, mask=mask, other=-float("inf"), eviction_policy=EVICT)
             y = tl.exp(x.to(tl.float32) - shift) * inv
-            tl.store(
-                y_row + offs, y.to(y_ptr.dtype.element_ty), mask=mask, eviction_policy="evict_first"
-            )
+            tl.store(y_row + offs, y.to(y_ptr.dtype.element_ty), mask=mask, eviction_policy=EVICT)
 
 
 @triton.jit
@@ -146,8 +162,11 @@ def softmax_bwd_kernel(
     stride_dx,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    EVEN_M: tl.constexpr,
     EVEN_N: tl.constexpr,
     NUM_STAGES: tl.constexpr,
+    EVICT: tl.constexpr,
+    INT64: tl.constexpr,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -159,27 +178,22 @@ def softmax_bwd_kernel(
             mask = (rows < n_rows)[:, None]
         else:
             mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
-        rows = rows.to(tl.int64)
-        y = tl.load(
-            y_ptr + rows[:, None] * stride_y + cols[None, :],
-            mask=mask,
-            other=0.0,
-            eviction_policy="evict_first",
-        ).to(tl.float32)
-        dy = tl.load(
-            dy_ptr + rows[:, None] * stride_dy + cols[None, :],
-            mask=mask,
-            other=0.0,
-            eviction_policy="evict_first",
-        ).to(tl.float32)
-        dot = tl.sum(y * dy, axis=1)
-        dx = y * (dy - dot[:, None])
-        tl.store(
-            dx_ptr + rows[:, None] * stride_dx + cols[None, :],
-            dx.to(dx_ptr.dtype.element_ty),
-            mask=mask,
-            eviction_policy="evict_first",
-        )
+        if INT64:
+            rows = rows.to(tl.int64)
+        y_ptrs = y_ptr + rows[:, None] * stride_y + cols[None, :]
+        dy_ptrs = dy_ptr + rows[:, None] * stride_dy + cols[None, :]
+        if EVEN_M and EVEN_N:
+            y = tl.load(y_ptrs, eviction_policy=EVICT).to(tl.float32)
+            dy = tl.load(dy_ptrs, eviction_policy=EVICT).to(tl.float32)
+        else:
+            y = tl.load(y_ptrs, mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
+            dy = tl.load(dy_ptrs, mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
+        dx = (y * (dy - tl.sum(y * dy, axis=1)[:, None])).to(dx_ptr.dtype.element_ty)
+        dx_ptrs = dx_ptr + rows[:, None] * stride_dx + cols[None, :]
+        if EVEN_M and EVEN_N:
+            tl.store(dx_ptrs, dx, eviction_policy=EVICT)
+        else:
+            tl.store(dx_ptrs, dx, mask=mask, eviction_policy=EVICT)
 
 
 @triton.jit
@@ -194,12 +208,15 @@ def softmax_bwd_online_kernel(
     stride_dx,
     BLOCK_N: tl.constexpr,
     NUM_STAGES: tl.constexpr,
+    EVICT: tl.constexpr,
+    INT64: tl.constexpr,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
+    if INT64:
+        pid = pid.to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     n_chunks = tl.cdiv(n_cols, BLOCK_N)
-    pid = pid.to(tl.int64)
     for i in tl.range(0, tl.cdiv(n_rows - pid, nprog)):
         row = pid + i * nprog
         y_row = y_ptr + row * stride_y
@@ -214,18 +231,14 @@ def softmax_bwd_online_kernel(
             dy = tl.load(dy_row + offs, mask=mask, other=0.0, eviction_policy="evict_last")
             acc += y.to(tl.float32) * dy.to(tl.float32)
         dot = tl.sum(acc, axis=0)
-        for i in tl.range(0, n_chunks, num_stages=NUM_STAGES):
-            offs = (n_chunks - 1 - i) * BLOCK_N + cols
+        for j in tl.range(0, n_chunks, num_stages=NUM_STAGES):
+            offs = (n_chunks - 1 - j) * BLOCK_N + cols
             mask = offs < n_cols
-            y = tl.load(y_row + offs, mask=mask, other=0.0, eviction_policy="evict_first")
-            y = y.to(tl.float32)
-            dy = tl.load(dy_row + offs, mask=mask, other=0.0, eviction_policy="evict_first")
-            dx = y * (dy.to(tl.float32) - dot)
+            y = tl.load(y_row + offs, mask=mask, other=0.0, eviction_policy=EVICT)
+            dy = tl.load(dy_row + offs, mask=mask, other=0.0, eviction_policy=EVICT)
+            dx = y.to(tl.float32) * (dy.to(tl.float32) - dot)
             tl.store(
-                dx_row + offs,
-                dx.to(dx_ptr.dtype.element_ty),
-                mask=mask,
-                eviction_policy="evict_first",
+                dx_row + offs, dx.to(dx_ptr.dtype.element_ty), mask=mask, eviction_policy=EVICT
             )
 
 
@@ -239,7 +252,8 @@ class SoftmaxConfig:
     ``block_n`` is the padded row (single pass) or the chunk length (online);
     ``block_m`` rows share a program in the single-pass kernels.  ``ctas_per_sm``
     makes the grid persistent (that many programs per SM, each looping over
-    tiles); ``None`` launches one program per tile.
+    tiles); ``None`` launches one program per tile.  ``evict`` is the L2 policy of
+    the streaming loads and stores: ``""`` or ``"evict_first"``.
     """
 
     block_m: int
@@ -248,48 +262,52 @@ class SoftmaxConfig:
     num_stages: int = 1
     online: bool = False
     ctas_per_sm: int | None = None
+    evict: str = ""
 
 
-# Chosen per padded row length with the sweep in benchmarks/softmax.py (H100, bf16).
-# Entries: padded length -> (rows per tile, num_warps, num_stages, ctas_per_sm).
-_FWD_TABLE: dict[int, tuple[int, int, int, int | None]] = {
-    256: (32, 8, 1, None),
-    512: (16, 8, 1, None),
-    1024: (8, 8, 1, None),
-    2048: (4, 8, 1, None),
-    4096: (2, 8, 1, None),
-    8192: (1, 8, 1, None),
-    16384: (1, 16, 1, None),
-    32768: (1, 16, 1, None),
+_C = SoftmaxConfig
+# Winners of `python benchmarks/softmax.py --tune` per padded row length: H100 SXM,
+# bf16, 256 MB inputs, triton 3.6.  Widths below the smallest key keep its tile size
+# in elements.  No L2 hint won for the single-pass kernels; evict_first won for the
+# second walk of the online ones.  Backward holds two rows (y and dy), so at 32768 a
+# single pass would spill: it walks the row in chunks instead.
+_FWD_TABLE: dict[int, SoftmaxConfig] = {
+    256: _C(64, 256, 16),
+    512: _C(16, 512, 4),
+    1024: _C(8, 1024, 8),
+    2048: _C(4, 2048, 8),
+    4096: _C(2, 4096, 16),
+    8192: _C(1, 8192, 16),
+    16384: _C(1, 16384, 16),
+    32768: _C(1, 32768, 16),
 }
-_BWD_TABLE: dict[int, tuple[int, int, int, int | None]] = {
-    256: (16, 8, 1, None),
-    512: (8, 8, 1, None),
-    1024: (4, 8, 1, None),
-    2048: (2, 8, 1, None),
-    4096: (1, 8, 1, None),
-    8192: (1, 8, 1, None),
-    16384: (1, 16, 1, None),
-    32768: (1, 16, 1, None),
+_BWD_TABLE: dict[int, SoftmaxConfig] = {
+    256: _C(32, 256, 16),
+    512: _C(16, 512, 16),
+    1024: _C(8, 1024, 8),
+    2048: _C(4, 2048, 16),
+    4096: _C(2, 4096, 16),
+    8192: _C(1, 8192, 16),
+    16384: _C(1, 16384, 16),
+    32768: _C(1, 8192, 16, online=True, evict="evict_first"),
 }
-# Online kernels: (num_warps, num_stages, ctas_per_sm) for forward and backward.
-_FWD_ONLINE = (8, 1, 4)
-_BWD_ONLINE = (8, 1, 4)
+# Rows longer than ONLINE_THRESHOLD (the best online configurations of the sweep).
+_FWD_ONLINE = _C(1, 4096, 8, online=True, evict="evict_first")
+_BWD_ONLINE = _C(1, 8192, 16, online=True, evict="evict_first")
 
 
 def pick_config(n_cols: int, *, backward: bool = False) -> SoftmaxConfig:
     """The launch configuration for rows of ``n_cols`` elements."""
     width = max(16, triton.next_power_of_2(n_cols))
     if width > ONLINE_THRESHOLD:
-        warps, stages, ctas = _BWD_ONLINE if backward else _FWD_ONLINE
-        block = min(ONLINE_BLOCK, width)
-        return SoftmaxConfig(1, block, warps, stages, online=True, ctas_per_sm=ctas)
+        base = _BWD_ONLINE if backward else _FWD_ONLINE
+        return replace(base, block_n=min(ONLINE_BLOCK or base.block_n, width))
     table = _BWD_TABLE if backward else _FWD_TABLE
-    # Widths under the table's smallest entry keep its tile size in elements.
     key = min(max(width, min(table)), max(table))
-    block_m, warps, stages, ctas = table[key]
-    block_m = max(1, block_m * key // width)
-    return SoftmaxConfig(block_m, width, warps, stages, online=False, ctas_per_sm=ctas)
+    cfg = table[key]
+    if cfg.online:
+        return replace(cfg, block_n=min(ONLINE_BLOCK or cfg.block_n, width))
+    return replace(cfg, block_m=max(1, cfg.block_m * key // width), block_n=width)
 
 
 @functools.cache
@@ -313,14 +331,39 @@ def _check_config(cfg: SoftmaxConfig, n_cols: int) -> None:
         raise ValueError(f"softmax: block_m and block_n must be powers of two, got {cfg}")
     if cfg.num_warps not in (1, 2, 4, 8, 16, 32):
         raise ValueError(f"softmax: num_warps must be a power of two up to 32, got {cfg}")
+    if cfg.evict not in ("", "evict_first"):
+        raise ValueError(f"softmax: evict must be '' or 'evict_first', got {cfg}")
     if not cfg.online and cfg.block_n < n_cols:
         raise ValueError(f"softmax: single-pass block_n must cover the row of {n_cols}, got {cfg}")
+
+
+def _needs_int64(n_rows: int, cfg: SoftmaxConfig, *tensors: torch.Tensor) -> bool:
+    # Padding rows of the last tile compute addresses too (masked, but they must not wrap).
+    rows = n_rows if cfg.online else triton.cdiv(n_rows, cfg.block_m) * cfg.block_m
+    reach = max(rows * abs(t.stride(0)) + max(t.shape[1], cfg.block_n) for t in tensors)
+    return reach >= 2**31
 
 
 def _device_guard(t: torch.Tensor):
     import contextlib
 
     return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
+
+
+def _meta(cfg: SoftmaxConfig, n_rows: int, n_cols: int, *tensors: torch.Tensor) -> dict:
+    """The constexprs and launch options shared by the kernels of one direction."""
+    meta = {
+        "BLOCK_N": cfg.block_n,
+        "NUM_STAGES": cfg.num_stages,
+        "EVICT": cfg.evict,
+        "INT64": _needs_int64(n_rows, cfg, *tensors),
+        "num_warps": cfg.num_warps,
+    }
+    if not cfg.online:
+        meta["BLOCK_M"] = cfg.block_m
+        meta["EVEN_M"] = n_rows % cfg.block_m == 0
+        meta["EVEN_N"] = n_cols == cfg.block_n
+    return meta
 
 
 def launch_softmax_forward(
@@ -335,19 +378,10 @@ def launch_softmax_forward(
         return y
     cfg = config or pick_config(n_cols)
     _check_config(cfg, n_cols)
-    grid = _grid(n_rows, cfg, x.device)
+    kernel = softmax_fwd_online_kernel if cfg.online else softmax_fwd_kernel
+    meta = _meta(cfg, n_rows, n_cols, x, y)
     with _device_guard(x):
-        if cfg.online:
-            softmax_fwd_online_kernel[grid](
-                x, y, n_rows, n_cols, x.stride(0), y.stride(0),
-                BLOCK_N=cfg.block_n, NUM_STAGES=cfg.num_stages, num_warps=cfg.num_warps,
-            )  # fmt: skip
-        else:
-            softmax_fwd_kernel[grid](
-                x, y, n_rows, n_cols, x.stride(0), y.stride(0),
-                BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, EVEN_N=cfg.block_n == n_cols,
-                NUM_STAGES=cfg.num_stages, num_warps=cfg.num_warps,
-            )  # fmt: skip
+        kernel[_grid(n_rows, cfg, x.device)](x, y, n_rows, n_cols, x.stride(0), y.stride(0), **meta)
     return y
 
 
@@ -360,19 +394,12 @@ def launch_softmax_backward(
         return dx
     cfg = config or pick_config(n_cols, backward=True)
     _check_config(cfg, n_cols)
-    grid = _grid(n_rows, cfg, y.device)
+    kernel = softmax_bwd_online_kernel if cfg.online else softmax_bwd_kernel
+    meta = _meta(cfg, n_rows, n_cols, y, dy, dx)
     with _device_guard(y):
-        if cfg.online:
-            softmax_bwd_online_kernel[grid](
-                y, dy, dx, n_rows, n_cols, y.stride(0), dy.stride(0), dx.stride(0),
-                BLOCK_N=cfg.block_n, NUM_STAGES=cfg.num_stages, num_warps=cfg.num_warps,
-            )  # fmt: skip
-        else:
-            softmax_bwd_kernel[grid](
-                y, dy, dx, n_rows, n_cols, y.stride(0), dy.stride(0), dx.stride(0),
-                BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, EVEN_N=cfg.block_n == n_cols,
-                NUM_STAGES=cfg.num_stages, num_warps=cfg.num_warps,
-            )  # fmt: skip
+        kernel[_grid(n_rows, cfg, y.device)](
+            y, dy, dx, n_rows, n_cols, y.stride(0), dy.stride(0), dx.stride(0), **meta
+        )
     return dx
 
 
