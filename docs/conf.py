@@ -24,6 +24,7 @@ extensions = [
     "sphinx.ext.napoleon",
     "sphinx.ext.intersphinx",
     "sphinx.ext.mathjax",
+    "sphinx-mathjax-offline",  # MathJax from the built site, never a CDN
     "sphinx.ext.viewcode",
     "myst_parser",
     "sphinx_design",

@@ -55,12 +55,23 @@ def count_instructions(text: str, pattern: str) -> int:
 
 
 def _nvidia_bin(tool: str) -> str | None:
+    """Where Triton itself finds ``ptxas`` / ``cuobjdump``: its knobs (which honour
+    ``TRITON_PTXAS_PATH`` and friends), its bundled copy, then the CUDA toolkit."""
     import triton
 
+    try:
+        path = getattr(triton.knobs.nvidia, tool).path
+        if path and Path(path).exists():
+            return str(path)
+    except Exception:  # noqa: BLE001  (older or newer Triton without this knob)
+        pass
     bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / tool
     if bundled.exists():
         return str(bundled)
-    return shutil.which(tool)
+    for candidate in (shutil.which(tool), f"/usr/local/cuda/bin/{tool}"):
+        if candidate and Path(candidate).exists():
+            return candidate
+    return None
 
 
 def _ptxas_report(ptx: str, arch: int) -> tuple[dict[str, int], str]:
