@@ -32,6 +32,8 @@ TORCH_ACT: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
     "silu": F.silu,
 }
+# run_all.py's ratio: against the unfused pair, the thing a fused kernel replaces.
+BASELINE = {f"linear+{act}": ["unfused"] for act in TORCH_ACT}
 # (M, N, K, activation): the headline transformer-MLP shape, then a SwiGLU-sized one,
 # then a ragged batch (3 x 1001 tokens, 4095 outputs: odd rows take the pointer kernel).
 SHAPES = [

@@ -18,7 +18,6 @@ import time
 from typing import Any
 
 import torch
-import triton
 
 import tilebook
 from tilebook.bench import measure
@@ -34,6 +33,7 @@ SHAPES = [
     (4095, 4097, 4093),
 ]
 QUICK_SHAPES = [(4096, 4096, 4096), (3000, 5000, 2000)]
+BASELINE = {"matmul": ["cuBLAS"]}  # for run_all.py
 
 
 def _shape(m: int, n: int, k: int) -> str:
@@ -104,7 +104,7 @@ def table(rows: list[dict]) -> str:
 # linear_act's headline shape.  This is where the config lists in ops/matmul.py come from.
 
 
-def _tma(bm, bn, bk, w, s, split, flat=True, persistent=True, group=8) -> dict:
+def _tma(bm, bn, bk, w, s, flat=True, persistent=True, ctas=1, maxnreg=None, group=8) -> dict:
     return {
         "kind": "tma",
         "bm": bm,
@@ -112,48 +112,67 @@ def _tma(bm, bn, bk, w, s, split, flat=True, persistent=True, group=8) -> dict:
         "bk": bk,
         "w": w,
         "s": s,
-        "split": split,
+        "split": True,
         "flat": flat,
         "persistent": persistent,
+        "ctas": ctas,
+        "maxnreg": maxnreg,
         "group": group,
     }
 
 
-def _ptr(bm, bn, bk, w, s, group=8) -> dict:
-    return {"kind": "ptr", "bm": bm, "bn": bn, "bk": bk, "w": w, "s": s, "group": group}
+def _ptr(bm, bn, bk, w, s, maxnreg=None, group=8) -> dict:
+    return {
+        "kind": "ptr",
+        "bm": bm,
+        "bn": bn,
+        "bk": bk,
+        "w": w,
+        "s": s,
+        "maxnreg": maxnreg,
+        "group": group,
+    }
 
 
+# What was measured on an H100 (2026-11, triton 3.6) and is kept here to re-check:
+# 128x256x64 tiles with 8 warps win; flattening helps with several tiles per program;
+# 128x128 tiles with two or three programs per SM (maxnreg caps) lost everywhere.
 CANDIDATES = [
-    _tma(128, 256, 64, 8, 3, True),
-    _tma(128, 256, 64, 8, 4, True),
-    _tma(128, 256, 64, 8, 3, True, flat=False),
-    _tma(128, 256, 64, 8, 4, True, flat=False),
-    _tma(128, 256, 64, 8, 3, False),
-    _tma(128, 128, 64, 8, 4, False),
-    _tma(128, 128, 64, 4, 4, False),
-    _tma(128, 128, 64, 8, 5, False),
-    _tma(256, 128, 64, 8, 3, True),
-    _tma(128, 128, 128, 8, 3, False),
-    _tma(128, 256, 64, 8, 4, True, group=16),
-    _tma(128, 256, 64, 8, 3, True, persistent=False),
-    _tma(128, 256, 64, 8, 4, True, persistent=False),
-    _tma(128, 128, 64, 8, 4, False, persistent=False),
-    _ptr(128, 256, 64, 8, 3),
+    _tma(128, 256, 64, 8, 3),
+    _tma(128, 256, 64, 8, 4),
+    _tma(128, 256, 64, 8, 3, flat=False),
+    _tma(128, 256, 64, 8, 4, flat=False),
+    _tma(128, 256, 64, 8, 3, flat=False, persistent=False),
+    _tma(128, 128, 32, 4, 4, ctas=2),
     _ptr(128, 256, 64, 8, 4),
+    _ptr(128, 256, 64, 8, 3),
     _ptr(128, 128, 64, 8, 4),
-    _ptr(128, 128, 64, 4, 4),
 ]
-# ("mm", M, N, K): a @ b, both row-major; ("linear", ...): gelu(x @ w.T + bias).
+# ("mm", M, N, K): a @ b, both row-major; ("linear:ACT", ...): act(x @ w.T + bias);
+# ("linear0", ...): x @ w.T alone.  The linear rows show what each epilogue costs.
 SWEEP_PROBLEMS = [
     ("mm", 2048, 2048, 2048),
     ("mm", 4096, 4096, 4096),
     ("mm", 8192, 8192, 8192),
-    ("linear", 8192, 4096, 4096),
+    ("linear0", 8192, 4096, 4096),
+    ("linear:none", 8192, 4096, 4096),
+    ("linear:relu", 8192, 4096, 4096),
+    ("linear:gelu", 8192, 4096, 4096),
+    ("linear:gelu_tanh", 8192, 4096, 4096),
+    ("linear:silu", 8192, 4096, 4096),
 ]
+_REF_ACT = {
+    "none": lambda t: t,
+    "relu": torch.relu,
+    "gelu": lambda t: torch.nn.functional.gelu(t),
+    "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh"),
+    "silu": lambda t: torch.nn.functional.silu(t),
+}
 
 
 def _launch_fixed(v: dict, a, b, c, bias, act: str) -> None:
     """One launch of a fixed config (what the autotuner would do for that config)."""
+    import triton  # here, not at the top: tilebook must pick the runtime before triton loads
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     M, K = a.shape
@@ -168,6 +187,7 @@ def _launch_fixed(v: dict, a, b, c, bias, act: str) -> None:
         "ACTIVATION": act,
         "num_warps": v["w"],
         "num_stages": v["s"],
+        "maxnreg": v["maxnreg"],
     }
     if v["kind"] == "ptr":
         grid = (triton.cdiv(M, v["bm"]) * triton.cdiv(N, v["bn"]),)
@@ -199,7 +219,7 @@ def _launch_fixed(v: dict, a, b, c, bias, act: str) -> None:
     )
     c_desc = TensorDescriptor(c, [M, N], list(c.stride()), [bm, bn // 2 if v["split"] else bn])
     tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
-    n_prog = min(mm._num_programs(a.device), tiles) if v["persistent"] else tiles
+    n_prog = min(mm._grid_sms(a.device) * v["ctas"], tiles) if v["persistent"] else tiles
     mm.matmul_tma_kernel[(n_prog,)](
         a_desc,
         b_desc,
@@ -210,7 +230,7 @@ def _launch_fixed(v: dict, a, b, c, bias, act: str) -> None:
         K,
         A_T=a_t,
         B_T=b_t,
-        NUM_PROGRAMS=n_prog,
+        CTAS_PER_SM=v["ctas"],
         SPLIT_N=v["split"],
         FLATTEN=v["flat"],
         **common,
@@ -222,7 +242,9 @@ def _problem(kind: str, m: int, n: int, k: int):
     if kind == "mm":
         return a, torch.randn(k, n, device="cuda", dtype=DTYPE), None, "none"
     w = torch.randn(n, k, device="cuda", dtype=DTYPE) / k**0.5
-    return a, w.t(), torch.randn(n, device="cuda", dtype=DTYPE), "gelu"
+    if kind == "linear0":
+        return a, w.t(), None, "none"
+    return a, w.t(), torch.randn(n, device="cuda", dtype=DTYPE), kind.split(":")[1]
 
 
 def _precompile(i: int) -> tuple[int, list[str]]:
@@ -242,8 +264,10 @@ def _precompile(i: int) -> tuple[int, list[str]]:
 
 def _describe(v: dict) -> str:
     s = f"{v['kind']} {v['bm']}x{v['bn']}x{v['bk']} w{v['w']} s{v['s']} g{v['group']}"
+    if v["maxnreg"]:
+        s += f" r{v['maxnreg']}"
     if v["kind"] == "tma":
-        s += " split" * v["split"] + " flat" * v["flat"] + " persist" * v["persistent"]
+        s += " flat" * v["flat"] + f" persist{v['ctas']}" * v["persistent"]
     return s
 
 
@@ -254,14 +278,17 @@ def _sweep_problem(kind: str, m: int, n: int, k: int, deadline: float) -> list[d
     c = torch.empty(m, n, device="cuda", dtype=DTYPE)
     shape, flops = _shape(m, n, k), 2 * m * n * k
     ref = a[:1024].double() @ b.double()  # the first 1024 rows are enough to catch a bad tile
+    act_fn = _REF_ACT[act]
     if bias is not None:
-        ref = F.gelu(ref + bias.double())
+        ref = act_fn(ref + bias.double())
     if kind == "mm":
         base = {"cuBLAS": lambda: torch.matmul(a, b)}
+    elif kind == "linear0":
+        base = {"F.linear": lambda: F.linear(a, b.t())}
     else:
         w = b.t()
         base = {
-            "unfused": lambda: F.gelu(F.linear(a, w, bias)),
+            "unfused": lambda: act_fn(F.linear(a, w, bias)),
             "F.linear": lambda: F.linear(a, w, bias),
         }
     rows, res = [], []
@@ -309,10 +336,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="two shapes only")
     p.add_argument("--sweep", action="store_true", help="time fixed candidate configurations")
+    p.add_argument("--budget", type=float, default=300.0, help="seconds the sweep may take")
     p.add_argument("--json", help="write the rows to this file")
     args = p.parse_args(argv)
     print(tilebook.banner(), flush=True)
-    rows = sweep() if args.sweep else run(quick=args.quick)
+    rows = sweep(args.budget) if args.sweep else run(quick=args.quick)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

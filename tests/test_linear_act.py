@@ -135,6 +135,8 @@ def test_bf16_gpu(m, n, k, activation):
     bias = rand(n, dtype=torch.bfloat16)
     assert_matches(linear_act(x, w, bias, activation), x, w, bias, activation)
     assert_matches(linear_act(x, w, None, activation, impl="pointer"), x, w, None, activation)
+    if mm._tma_supported(DEV) and k % 8 == 0 and n % 8 == 0:
+        assert_matches(linear_act(x, w, bias, activation, impl="tma"), x, w, bias, activation)
 
 
 def test_fused_epilogue_compiles_to_wgmma_for_sm90():

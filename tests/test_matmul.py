@@ -98,6 +98,16 @@ def test_tma_transposed_operands():
             raise AssertionError(f"{name}: {exc}") from exc
 
 
+def test_second_call_skips_the_autotuner():
+    # The first call records the autotuner's pick; later ones launch with it directly.
+    a, b = rand(40, 24, dtype=torch.float16), rand(24, 56, dtype=torch.float16)
+    impls = ["pointer", "tma"] if HAS_TMA else ["pointer"]
+    for impl in impls:
+        for _ in range(2):
+            assert_matches(mm.fused_matmul(a, b, impl=impl), a, b)
+        assert any(key[0] == impl and key[1:4] == (40, 56, 24) for key in mm._PICKED)
+
+
 def test_empty_and_k_zero():
     assert mm.matmul(rand(0, 8), rand(8, 5)).shape == (0, 5)
     assert mm.matmul(rand(4, 8), rand(8, 0)).shape == (4, 0)
@@ -147,6 +157,10 @@ def test_configs_keep_dot_legal():
         assert mm._fits(cfg, 2), cfg  # every Hopper config fits in shared memory at bf16
 
 
+def _tma_ok(a, b) -> bool:
+    return HAS_TMA and mm._tma_layout(a) is not None and mm._tma_layout(b) is not None
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize(("m", "n", "k"), [(512, 384, 256), (300, 520, 200), (255, 257, 130)])
 def test_bf16_gpu(m, n, k):
@@ -154,8 +168,17 @@ def test_bf16_gpu(m, n, k):
         try:
             assert_matches(mm.matmul(a, b), a, b)
             assert_matches(mm.fused_matmul(a, b, impl="pointer"), a, b)
+            if _tma_ok(a, b):
+                assert_matches(mm.fused_matmul(a, b, impl="tma"), a, b)
         except AssertionError as exc:
             raise AssertionError(f"{name}: {exc}") from exc
+
+
+@pytest.mark.gpu
+def test_bf16_gpu_large_takes_tma():
+    # Enough 128x256 tiles for "auto" to pick the TMA kernel on a Hopper GPU.
+    a, b = rand(4096, 128, dtype=torch.bfloat16), rand(128, 4096 + 8, dtype=torch.bfloat16)
+    assert_matches(mm.matmul(a, b), a, b)
 
 
 @pytest.mark.gpu

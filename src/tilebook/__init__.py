@@ -7,6 +7,8 @@ on the CPU; see :mod:`tilebook.runtime`), and only then imports Triton.
 from . import runtime  # noqa: I001  (must run before anything imports triton)
 from .runtime import banner, device, get_runtime, is_gpu, is_interpreter, pick
 from . import aot, bench, check, ops
+from .ops.linear_act import linear_act
+from .ops.matmul import matmul
 from .ops.rms_norm import rms_norm
 from .ops.softmax import softmax
 from .ops.vector_add import vector_add
@@ -23,6 +25,8 @@ __all__ = [
     "get_runtime",
     "is_gpu",
     "is_interpreter",
+    "linear_act",
+    "matmul",
     "ops",
     "pick",
     "rms_norm",

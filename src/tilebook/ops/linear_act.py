@@ -5,6 +5,13 @@ kernel reads it back to apply the activation.  Here the bias and the activation
 run on the float32 accumulator in registers, and the output is stored once: the
 matmul kernels of :mod:`tilebook.ops.matmul` with their epilogue switched on.
 ``weight`` is read in place as ``weight.T`` (a transposed view, no copy).
+
+What fusion saves is the element-wise pass: about 45 us for an 8192 x 4096 bf16
+output on an H100, some 10% of the product.  The activation itself runs while the
+tensor cores wait (Triton 3.6 does not warp-specialise on Hopper), so a cheap one
+wins: SiLU 1.06x the unfused pair (4096 x 11008 x 4096), while the erf GELU, about
+22 instructions an element against 12 for SiLU, costs about what the pass it saves
+(0.99 to 1.01x).
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from ..validation import check_tensor
-from .matmul import ACTIVATIONS, MM_DTYPES, _check_activation, _check_pair, _run
+from .matmul import ACTIVATIONS, MM_DTYPES, _check_activation, _check_pair, _is_operand, _run
 
 __all__ = ["ACTIVATIONS", "linear_act"]
 
@@ -52,8 +59,11 @@ def linear_act(
     --------
     >>> y = tilebook.linear_act(x, layer.weight, layer.bias, "gelu")   # doctest: +SKIP
     """
-    check_tensor(x, "x", _OP, dtypes=MM_DTYPES, min_ndim=1)
-    check_tensor(weight, "weight", _OP, dtypes=MM_DTYPES, ndim=2)
+    # The cheap test first; the full checks run only to say what is wrong.
+    if not (isinstance(x, torch.Tensor) and x.dim() >= 1 and _is_operand(x, x.dim())):
+        check_tensor(x, "x", _OP, dtypes=MM_DTYPES, min_ndim=1)
+    if not _is_operand(weight):
+        check_tensor(weight, "weight", _OP, dtypes=MM_DTYPES, ndim=2)
     _check_pair(x, weight, ("x", "weight"), _OP)
     if x.shape[-1] != weight.shape[1]:
         raise ValueError(
