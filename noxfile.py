@@ -88,9 +88,12 @@ def docs(session: nox.Session) -> None:
     """Build the site into docs/_build/html (warnings are errors; every lesson runs).
 
     ``nox -s docs -- --serve`` rebuilds on every change and serves the site
-    (sphinx-autobuild) at http://127.0.0.1:8000.
+    (sphinx-autobuild) at http://127.0.0.1:8000.  On a GPU, ``nox -s docs --
+    --save-records`` also copies the records the lessons just measured into
+    ``src/tilebook/records/`` (what CPU builds plot), ready to commit.
     """
     serve = "--serve" in session.posargs
+    save_records = "--save-records" in session.posargs
     _install(session, "docs-live" if serve else "docs")
     env = {
         "TILEBOOK_RECORD_DIR": os.environ.get(
@@ -113,6 +116,24 @@ def docs(session: nox.Session) -> None:
     else:
         session.run("sphinx-build", *args, env=env)
         session.log(f"site built: open {BUILD_HTML / 'index.html'}")
+        if save_records:
+            _save_records(session, Path(env["TILEBOOK_RECORD_DIR"]))
+
+
+def _save_records(session: nox.Session, built: Path) -> None:
+    """Copy GPU-measured records from a build into the package's committed records."""
+    import json
+
+    dest = ROOT / "src" / "tilebook" / "records"
+    saved = []
+    for path in sorted(built.glob("*.json")):
+        if json.loads(path.read_text())["provenance"].get("mode") != "gpu":
+            continue
+        (dest / path.name).write_text(path.read_text())
+        saved.append(path.name)
+    if not saved:
+        session.error("no GPU-measured record in this build: was it built on a GPU?")
+    session.log(f"saved {len(saved)} records into {dest}: {', '.join(saved)}")
 
 
 @nox.session
