@@ -2,9 +2,15 @@
 
 Run from the repository root::
 
-    PYTHONPATH=src python benchmarks/rms_norm.py            # full run, prints a table
-    PYTHONPATH=src python benchmarks/rms_norm.py --quick    # 16384x4096 only
-    PYTHONPATH=src python benchmarks/rms_norm.py --tune     # sweep launch configs first
+    PYTHONPATH=src python benchmarks/rms_norm.py             # full run, prints tables
+    PYTHONPATH=src python benchmarks/rms_norm.py --quick     # 16384x4096 only
+    PYTHONPATH=src python benchmarks/rms_norm.py --tune      # sweep launch configs first
+    PYTHONPATH=src python benchmarks/rms_norm.py --sizes     # only the table by hidden size
+    PYTHONPATH=src python benchmarks/rms_norm.py --tune-long # sweep the chunked kernels
+
+The full run ends with a short table by hidden size (2**26 elements per tensor,
+4096 to 65536 columns): rows longer than 16384 (forward: 32768) take the chunked
+kernels.
 
 Throughput is *effective* bandwidth: the bytes an ideal implementation must move,
 the same count for every implementation, divided by the time.  Forward: read x
@@ -17,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -34,6 +42,10 @@ N_ROWS = 16384
 MAIN_HIDDEN = (4096, 8192)
 #: Extra hidden sizes for the lesson's plot of bandwidth against row length.
 SWEEP_HIDDEN = (1024, 2048, 16384)
+
+#: The table by hidden size: tensors of SIZES_ELEMENTS, cut into rows of each length.
+SIZES_HIDDEN = (4096, 8192, 16384, 32768, 65536)
+SIZES_ELEMENTS = 2**26
 
 #: Which implementation each kernel's ratio is taken against.
 BASELINE = {"rms_norm_fwd": "torch.compile", "rms_norm_bwd": "torch"}
@@ -152,6 +164,88 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     return rows
 
 
+def sizes_table() -> None:
+    """tilebook, torch.compile and F.rms_norm by hidden size, 2**26 bf16 elements each."""
+    compiled = torch.compile(naive, dynamic=False)
+    impls = {
+        "tilebook": _tilebook_rms_norm,
+        "torch.compile": compiled,
+        "F.rms_norm": _torch_rms_norm,
+    }
+    rows = []
+    for n_cols in SIZES_HIDDEN:
+        n_rows = SIZES_ELEMENTS // n_cols
+        if n_cols > op.BWD_CHUNKED_THRESHOLD:
+            errs = check_correctness(n_rows, n_cols)
+            print(f"# {n_rows}x{n_cols} correct vs float64: " + ", ".join(
+                f"{k} {v:.1e}" for k, v in errs.items()), flush=True)  # fmt: skip
+        torch._dynamo.reset()  # a new shape: let torch.compile start afresh
+        rows += bench_shape(n_rows, n_cols, impls)
+    gbps = {(r["kernel"], r["shape"], r["impl"]): r["gbps"] for r in rows}
+    dtype = str(DTYPE).removeprefix("torch.")
+    print(f"\nrms_norm, {dtype}, {SIZES_ELEMENTS} elements per tensor: GB/s (bytes that must move)")
+    print(f"{'pass':<5}{'H':>7}{'rows':>7}{'path':>9}" + "".join(f"{i:>15}" for i in impls)
+          + "  tilebook/compile")  # fmt: skip
+    for kernel, name, threshold in (
+        ("rms_norm_fwd", "fwd", op.FWD_CHUNKED_THRESHOLD),
+        ("rms_norm_bwd", "bwd", op.BWD_CHUNKED_THRESHOLD),
+    ):
+        for n_cols in SIZES_HIDDEN:
+            shape = f"{SIZES_ELEMENTS // n_cols}x{n_cols}"
+            got = [gbps[(kernel, shape, i)] for i in impls]
+            path = "chunked" if n_cols > threshold else "rows"
+            print(f"{name:<5}{n_cols:>7}{SIZES_ELEMENTS // n_cols:>7}{path:>9}"
+                  + "".join(f"{g:>15.0f}" for g in got) + f"{got[0] / got[1]:>18.2f}")  # fmt: skip
+
+
+#: Chunked configurations worth timing: forward (chunk, num_warps, programs per
+#: SM; 64 per SM is one program per row), backward (chunk, rows, num_warps,
+#: programs per SM).  The first of each is the default.
+LONG_FWD = [(32768, 32, 1), (32768, 16, 1), (16384, 16, 2), (8192, 16, 4), (4096, 8, 64)]
+LONG_BWD = [(4096, 1, 8, 2), (4096, 1, 8, 1), (8192, 1, 16, 1), (2048, 1, 4, 4)]
+
+
+def _long_kwargs(direction: str, cfg: tuple | None) -> dict[str, Any]:
+    if cfg is None:
+        return {"chunked": False}
+    if direction == "fwd":
+        return {"chunked": True, "chunk": cfg[0], "num_warps": cfg[1], "programs_per_sm": cfg[2]}
+    keys = ("chunk", "rows_per_program", "num_warps", "programs_per_sm")
+    return {"chunked": True, **dict(zip(keys, cfg, strict=True))}
+
+
+def _tune_long_shape(direction: str, n_cols: int, configs: list, deadline: float) -> None:
+    n_rows = SIZES_ELEMENTS // n_cols
+    fwd_bytes, bwd_bytes = _bytes(n_rows, n_cols, torch.finfo(DTYPE).bits // 8)
+    x = torch.randn(n_rows, n_cols, device="cuda", dtype=DTYPE)
+    w = torch.randn(n_cols, device="cuda", dtype=DTYPE)
+    dy = torch.randn_like(x)
+    _, rstd = op.launch_rms_norm_fwd(x, w, EPS)
+    res = []
+    for cfg in [None, *configs]:
+        if time.time() > deadline:
+            print(f"tune-long: out of time, skipping the rest of {direction} H={n_cols}")
+            break
+        kw = _long_kwargs(direction, cfg)
+        if direction == "fwd":
+            fn, nbytes = partial(op.launch_rms_norm_fwd, x, w, EPS, **kw), fwd_bytes
+        else:
+            fn, nbytes = partial(op.launch_rms_norm_bwd, dy, x, w, rstd, **kw), bwd_bytes
+        m = measure(fn, bytes_moved=nbytes, warmup=5, rep=20)
+        res.append(f"{m.gbps:.0f} {'whole rows' if cfg is None else cfg}")
+    print(f"tune-long {direction} H={n_cols} GB/s: " + "; ".join(res), flush=True)
+
+
+def tune_long(budget_s: float = 45.0) -> None:
+    """Time the whole-row kernels, then chunked configurations (the default first), at
+    long rows: launchers only (no autograd), 2**26 bf16 elements; stops after ``budget_s``."""
+    deadline = time.time() + budget_s
+    for n_cols in (32768, 65536):
+        _tune_long_shape("fwd", n_cols, LONG_FWD, deadline)
+    for n_cols in (16384, 65536):
+        _tune_long_shape("bwd", n_cols, LONG_BWD, deadline)
+
+
 def _time_fwd(x, w, rows, warps, nbytes):
     fn = lambda: op.launch_rms_norm_fwd(x, w, EPS, rows_per_program=rows, num_warps=warps)
     return measure(fn, bytes_moved=nbytes, warmup=5, rep=20)
@@ -239,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="16384x4096 only")
     parser.add_argument("--tune", action="store_true", help="sweep launch configs first")
+    parser.add_argument("--sizes", action="store_true", help="only the table by hidden size")
+    parser.add_argument("--tune-long", action="store_true", help="sweep the chunked kernels")
     args = parser.parse_args(argv)
     print(tilebook.banner())
     if not tilebook.is_gpu():
@@ -246,10 +342,17 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     p = provenance()
     copy = copy_bandwidth().gbps
-    print(f"# {p['gpu']}, {p['sm_count']} SMs, CUDA {p['cuda']}, copy {copy:.0f} GB/s", flush=True)
+    print(f"# {p['gpu']}, {p['sm_count']} SMs, CUDA {p['cuda']}, torch {p['torch']}, "
+          f"triton {p['triton']}, copy {copy:.0f} GB/s", flush=True)  # fmt: skip
     if args.tune:
         tune()
-    print_table(run(quick=args.quick))
+    if args.tune_long:
+        tune_long()
+    if not args.sizes and not args.tune_long:
+        print_table(run(quick=args.quick))
+    if not args.quick:
+        _allow_recompiles()
+        sizes_table()
     return 0
 
 

@@ -1,12 +1,20 @@
-"""RMSNorm forward and backward against float64 PyTorch, plus input checks and AOT compiles."""
+"""RMSNorm forward and backward against float64 PyTorch, plus input checks and AOT compiles.
+
+Both paths are covered: whole rows in registers, and the chunked kernels of long
+rows, which the tests reach at small sizes by lowering the module's thresholds and
+chunk widths.
+"""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import tilebook
+import tilebook.ops.rms_norm as op
 from tilebook.aot import compile_kernel
 from tilebook.ops.rms_norm import MAX_HIDDEN, _bwd_config, _fwd_config, rms_norm
 
@@ -159,6 +167,121 @@ def test_wrong_device():
         rms_norm(x, w)
 
 
+# ---------------------------------------------------------------------------
+# Long rows: the chunked kernels
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def chunked(monkeypatch):
+    """Every row takes the chunked kernels, in chunks of 16 columns."""
+    monkeypatch.setattr(op, "FWD_CHUNKED_THRESHOLD", 0)
+    monkeypatch.setattr(op, "BWD_CHUNKED_THRESHOLD", 0)
+    monkeypatch.setattr(op, "CHUNK_FWD", 16)
+    monkeypatch.setattr(op, "CHUNK_BWD", 16)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize(
+    # One column, a single partial chunk, exact chunks, a ragged last chunk, and
+    # rows several times the interpreter's 4-program persistent grid.
+    "shape",
+    [(5, 1), (37, 7), (13, 64), (37, 100), (9, 300)],
+)
+def test_chunked_matches_float64(device, chunked, dtype, shape):
+    _check(*_inputs(shape, dtype, device), dtype)
+
+
+def test_chunked_leading_dims_and_strides(device, chunked):
+    base, w = _inputs((3, 8, 40), torch.float32, device)
+    _check(base[:, ::2], w, torch.float32)  # evenly strided rows: a view
+    _check(base.transpose(0, 1), w, torch.float32)  # copied
+    _check(base[:, :, :20].transpose(1, 2), w[:8], torch.float32)
+
+
+@pytest.mark.parametrize("n_rows", [1, 2, 3, 13])
+def test_chunked_ragged_row_counts(device, chunked, n_rows):
+    _check(*_inputs((n_rows, 100), torch.float32, device), torch.float32)
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 32, 64])
+def test_chunked_any_chunk_width(device, chunk):
+    """One chunk per column up to a single chunk for the whole row."""
+    x, w = _inputs((7, 50), torch.float32, device)
+    dy = torch.randn_like(x)
+    y, rstd = op.launch_rms_norm_fwd(x, w, EPS, chunked=True, chunk=chunk)
+    dx, dw = op.launch_rms_norm_bwd(dy, x, w, rstd, chunked=True, chunk=chunk)
+    y64, dx64, dw64 = _reference(x, w, dy)
+    rstd64 = torch.rsqrt(x.double().pow(2).mean(-1) + EPS)
+    for got, want in [(y, y64), (rstd, rstd64), (dx, dx64), (dw, dw64)]:
+        torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("n_cols", [16, 100])
+def test_threshold_picks_the_kernels(device, monkeypatch, n_cols):
+    """Rows longer than a threshold take the chunked kernels, others the whole-row ones."""
+    monkeypatch.setattr(op, "CHUNK_FWD", 32)
+    monkeypatch.setattr(op, "CHUNK_BWD", 32)
+    x, w = _inputs((9, n_cols), torch.float32, device)
+    dy = torch.randn_like(x)
+    outs = {}
+    for path in (False, True):
+        y, rstd = op.launch_rms_norm_fwd(x, w, EPS, chunked=path)
+        outs[path] = (y, rstd, *op.launch_rms_norm_bwd(dy, x, w, rstd, chunked=path))
+    for threshold in (n_cols - 1, n_cols):
+        monkeypatch.setattr(op, "FWD_CHUNKED_THRESHOLD", threshold)
+        monkeypatch.setattr(op, "BWD_CHUNKED_THRESHOLD", threshold)
+        y, rstd = op.launch_rms_norm_fwd(x, w, EPS)
+        got = (y, rstd, *op.launch_rms_norm_bwd(dy, x, w, rstd))
+        want = outs[n_cols > threshold]
+        assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True)), threshold
+
+
+def test_chunked_dweight_is_deterministic(device, chunked):
+    x, w = _inputs((21, 64), torch.float32, device)
+    dy = torch.randn_like(x)
+    _, rstd = op.launch_rms_norm_fwd(x, w, EPS)
+    dws = [op.launch_rms_norm_bwd(dy, x, w, rstd)[1] for _ in range(3)]
+    assert all(torch.equal(dws[0], d) for d in dws[1:])
+
+
+def test_chunked_large_values_do_not_overflow_fp16(device, chunked):
+    x = torch.full((3, 64), 1000.0, device=device).half()
+    w = torch.ones(64, device=device).half()
+    y = rms_norm(x, w)
+    torch.testing.assert_close(y, torch.ones_like(y), atol=1e-3, rtol=1e-3)
+
+
+def test_rows_past_the_old_limit(device):
+    """65536 columns was the limit of the whole-row kernels; the default chunks now."""
+    _check(*_inputs((3, 70001), torch.float32, device), torch.float32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n_cols", [16385, 32768, 65536, 100000])
+def test_chunked_bfloat16(device, n_cols):
+    _check(*_inputs((129, n_cols), torch.bfloat16, device), torch.bfloat16)
+
+
+@pytest.mark.gpu
+def test_max_hidden_gpu(device):
+    _check(*_inputs((5, MAX_HIDDEN), torch.float32, device), torch.float32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n_cols", [4096, 16384, 32768])
+def test_chunked_and_whole_row_kernels_agree(device, n_cols):
+    """Where both paths apply, on a GPU, in bf16: the same answer up to fp32 rounding."""
+    x, w = _inputs((300, n_cols), torch.bfloat16, device)
+    dy = torch.randn_like(x)
+    outs = []
+    for path in (False, True):
+        y, rstd = op.launch_rms_norm_fwd(x, w, EPS, chunked=path)
+        outs.append((y, rstd, *op.launch_rms_norm_bwd(dy, x, w, rstd, chunked=path)))
+    for a, b in zip(*outs, strict=True):
+        torch.testing.assert_close(a.float(), b.float(), atol=2e-2, rtol=1e-2)
+
+
 # The signatures a real launch on bf16 rows of 4096 or 8192 gives: pointers, sizes
 # and row strides all multiples of 16.
 _PTRS_FWD = {"x_ptr": "*bf16", "w_ptr": "*bf16", "y_ptr": "*bf16", "rstd_ptr": "*fp32"}
@@ -196,6 +319,54 @@ def test_compiles_for_sm90_without_spills(kernel, n_cols):
     assert f"rms_norm_{kernel}_kernel" in ptx
     # 16-byte loads: the whole point of the alignment hints.
     assert "ld.global.v4" in ptx
+    assert k.registers is not None, k.ptxas_log
+    assert k.spill_stores_bytes == 0
+    assert k.spill_loads_bytes == 0
+
+
+_INTS_BWD_DOT = ["n_cols", "dy_row_stride", "x_row_stride"]
+_INTS_BWD_CHUNKED = ["n_rows", "n_cols", "n_dots", "dy_row_stride", "x_row_stride", "dx_row_stride"]
+
+
+@pytest.mark.parametrize(
+    ("kernel", "n_cols"),
+    [
+        ("fwd_chunked", 65536),
+        ("bwd_dot", 65536),
+        ("bwd_chunked", 65536),
+        ("bwd_chunked", MAX_HIDDEN),
+    ],
+)
+def test_chunked_kernels_compile_for_sm90_without_spills(kernel, n_cols):
+    """The chunked kernels at their default settings: registers scale with the chunk, not
+    with ``H`` (only the backward's ``DOTS`` grows with it)."""
+    if kernel == "fwd_chunked":
+        block_n, warps, _ = op._fwd_chunked_config(n_cols)
+        ints = ["n_rows", "n_cols", "x_row_stride", "y_row_stride"]
+        sig = {**_PTRS_FWD, **dict.fromkeys(ints, "i32"), "eps": "fp32"}
+        constexprs = {"BLOCK_N": block_n}
+    else:
+        block_n, rows, warps, _ = op._bwd_chunked_config(n_cols)
+        ptrs = {k: v for k, v in _PTRS_BWD.items() if k in ("dy_ptr", "x_ptr", "w_ptr")}
+        if kernel == "bwd_dot":
+            sig = {**ptrs, "dot_ptr": "*fp32", **dict.fromkeys(_INTS_BWD_DOT, "i32")}
+            constexprs = {"BLOCK_N": block_n}
+            warps = op._warps(block_n, block_n)
+        else:
+            sig = {**_PTRS_BWD, "dot_ptr": "*fp32", **dict.fromkeys(_INTS_BWD_CHUNKED, "i32")}
+            n_dots = -(-n_cols // block_n)
+            constexprs = {"BLOCK_N": block_n, "ROWS": rows, "DOTS": 1 << (n_dots - 1).bit_length()}
+    k = compile_kernel(
+        f"tilebook.ops.rms_norm:rms_norm_{kernel}_kernel",
+        sig,
+        constexprs,
+        arch=90,
+        num_warps=warps,
+        divisible_by_16=[n for n in sig if n not in ("n_rows", "n_dots", "eps")],
+    )
+    assert f"rms_norm_{kernel}_kernel" in k.stages["ptx"]
+    # 16-byte loads (the forward's carry an L2 eviction hint: ld.global.L1::...v4).
+    assert re.search(r"ld\.global\S*\.v4\.", k.stages["ptx"])
     assert k.registers is not None, k.ptxas_log
     assert k.spill_stores_bytes == 0
     assert k.spill_loads_bytes == 0

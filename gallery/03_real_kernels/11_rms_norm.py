@@ -93,8 +93,8 @@ def rms_norm_eager(x: torch.Tensor, w: torch.Tensor, eps: float = EPS) -> torch.
 # tile, squares and sums along each row, turns the sums into ``rstd``, scales the
 # *same registers* and stores ``y``.  Nothing is written between the reduction and
 # the scaling, so ``x`` crosses the memory bus once.  The price: a whole row must
-# fit in one program's registers, which is why :func:`tilebook.rms_norm` stops at
-# ``H = 65536``.
+# fit in one program's registers, which is why :func:`tilebook.rms_norm` hands the
+# longest rows to other kernels (the end of "Why long rows get slow" says which).
 #
 # The arguments:
 #
@@ -602,6 +602,17 @@ for h in (4096, 16384, 65536):
 # registers.  The second read of ``x`` and ``dy`` mostly hits the L2 cache.  That is,
 # roughly, what Inductor's generated kernels do for long reductions, and why the
 # compiled backward holds up at 65536.  (Exercise 5 below sketches it.)
+#
+# The package does this for rows longer than 16384 columns (32768 in the forward).
+# Its chunked forward walks each row twice, once for ``rstd`` and then, newest
+# chunk first, to write ``y``; a persistent grid keeps one row per SM in flight, so
+# the second walk mostly reads from L2.  Its chunked backward splits ``H`` across
+# programs rather than updating a partial ``dweight`` row in memory: one kernel
+# writes each row chunk's ``sum(dy * w * x)``, and in a second one each program owns
+# a column chunk and a share of the rows, adds up a row's partial sums into ``c``,
+# writes ``dx`` and keeps its columns' ``dweight`` in registers, as above.  ``x`` and
+# ``dy`` are read twice, 10 bytes per bf16 element instead of 6, but no register
+# count grows with ``H`` any more.
 #
 # Accumulating in bf16
 # --------------------

@@ -1,7 +1,7 @@
 """RMSNorm, forward and backward, as one ``torch.autograd.Function``.
 
 ``y = x * rstd * weight`` with ``rstd = 1 / sqrt(mean(x**2) + eps)`` over the last
-dimension, the normalisation of Llama-style transformers.  One file holds the two
+dimension, the normalisation of Llama-style transformers.  One file holds the
 kernels, their launchers and the autograd glue.
 
 * Forward: one pass.  A program loads whole rows into registers, reduces them to
@@ -15,6 +15,24 @@ kernels, their launchers and the autograd glue.
 
 Both passes are memory-bound: a handful of flops per element against 2 (forward)
 or 3 (backward) full tensors of traffic, so the aim is the copy bandwidth.
+
+**Long rows** (more than :data:`FWD_CHUNKED_THRESHOLD` columns forward,
+:data:`BWD_CHUNKED_THRESHOLD` backward) no longer fit in registers without
+spilling, so they take chunked kernels whose registers scale with a chunk, not
+with ``H``:
+
+* Forward (:func:`rms_norm_fwd_chunked_kernel`): a persistent program walks a row
+  twice, chunk by chunk: once for the sum of squares, then backwards (newest chunk
+  first, the likeliest still in L2) to write ``y``.  With one row per SM in flight,
+  the second read mostly hits L2.
+* Backward, in two kernels.  :func:`rms_norm_bwd_dot_kernel` gives each (row,
+  chunk) its own program and writes the chunk's ``sum(dy * w * x)`` to an fp32
+  ``(n_rows, n_chunks)`` buffer.  :func:`rms_norm_bwd_chunked_kernel` then splits
+  ``H`` across programs: each owns one column chunk and a share of the rows, adds
+  up its rows' partial dots to get ``c``, writes ``dx`` and keeps ``dweight`` for its
+  columns in registers, as the short-row kernel does.  ``x`` and ``dy`` are read
+  twice, but nothing is read back from a partial buffer row by row, and the
+  ``dweight`` buffer has only ``programs / n_chunks`` rows.
 """
 
 from __future__ import annotations
@@ -29,20 +47,41 @@ import triton.language as tl
 from ..validation import check_tensor
 
 __all__ = [
+    "BWD_CHUNKED_THRESHOLD",
+    "CHUNK_BWD",
+    "CHUNK_FWD",
+    "FWD_CHUNKED_THRESHOLD",
     "MAX_HIDDEN",
     "RMSNormFunction",
     "launch_rms_norm_bwd",
     "launch_rms_norm_fwd",
     "rms_norm",
+    "rms_norm_bwd_chunked_kernel",
+    "rms_norm_bwd_dot_kernel",
     "rms_norm_bwd_kernel",
+    "rms_norm_fwd_chunked_kernel",
     "rms_norm_fwd_kernel",
 ]
 
-#: Largest hidden size.  A whole row (rounded up to a power of two) lives in one
-#: program's registers: up to 8192 nothing spills; longer rows make the backward
-#: kernel spill a little (at 16384 that is still the fastest configuration measured
-#: on an H100), and more the longer they get.
-MAX_HIDDEN = 65536
+#: Largest hidden size.  Rows up to the thresholds below live in one program's
+#: registers; longer ones are walked in chunks, which bounds neither registers nor
+#: the partial buffers by ``H``.  The limit only keeps the launch sizes sane.
+MAX_HIDDEN = 1 << 20
+
+#: Rows longer than this take the chunked forward.  A whole row in registers is
+#: read once and stays the fastest up to 32768 columns; at 65536 it spills.  (H100,
+#: bf16, 2**26 elements, launchers: 2794 against 2645 GB/s chunked at 32768, 1560
+#: against 2603 at 65536.)  Module-level so that tests can lower it.
+FWD_CHUNKED_THRESHOLD = 32768
+#: Rows longer than this take the chunked backward.  The register kernel holds
+#: ``x``, ``dy`` and the ``dweight`` accumulator: at 16384 it spills a few bytes, at
+#: 32768 640 bytes per thread and at 65536 over 2 KiB.  (Same sweep: 2371 against
+#: 1585 GB/s chunked at 16384, 201 against 1692 at 65536.)
+BWD_CHUNKED_THRESHOLD = 16384
+#: Chunk widths (powers of two) of the chunked kernels.  Tests set them small to
+#: get many chunks out of short rows.
+CHUNK_FWD = 32768
+CHUNK_BWD = 4096
 
 
 @triton.jit
@@ -134,6 +173,141 @@ def rms_norm_bwd_kernel(
 
 
 # ---------------------------------------------------------------------------
+# Long rows: chunked kernels
+# ---------------------------------------------------------------------------
+
+
+@triton.jit
+def rms_norm_fwd_chunked_kernel(
+    x_ptr,  # (n_rows, n_cols), unit stride along a row
+    w_ptr,  # (n_cols,)
+    y_ptr,  # (n_rows, n_cols), unit stride along a row
+    rstd_ptr,  # (n_rows,) fp32
+    n_rows,
+    n_cols,
+    x_row_stride,
+    y_row_stride,
+    eps,
+    BLOCK_N: tl.constexpr,  # chunk width, a power of two
+):
+    pid = tl.program_id(0)
+    n_progs = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_N)
+    n_chunks = tl.cdiv(n_cols, BLOCK_N)
+    # A persistent grid: few rows are in flight at once, so that a row read by the
+    # first walk is still in L2 when the second walk reads it again.
+    for i in tl.range(0, tl.cdiv(n_rows - pid, n_progs)):
+        row = pid + i * n_progs
+        row64 = row.to(tl.int64)
+        x_row = x_ptr + row64 * x_row_stride
+        y_row = y_ptr + row64 * y_row_stride
+        # Lane-wise sums, reduced once per row: no block-wide reduction per chunk.
+        acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        for c in tl.range(0, n_chunks):
+            offs = c * BLOCK_N + cols
+            # evict_last: the second walk wants to find this chunk in L2.
+            x = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_last")
+            x = x.to(tl.float32)
+            acc += x * x
+        rstd = tl.rsqrt(tl.sum(acc, axis=0) / n_cols + eps)
+        tl.store(rstd_ptr + row, rstd)
+        for j in tl.range(0, n_chunks):
+            offs = (n_chunks - 1 - j) * BLOCK_N + cols  # newest chunk first: still in L2
+            mask = offs < n_cols
+            x = tl.load(x_row + offs, mask=mask, other=0.0, eviction_policy="evict_first")
+            w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+            y = x.to(tl.float32) * rstd * w
+            tl.store(y_row + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def rms_norm_bwd_dot_kernel(
+    dy_ptr,  # (n_rows, n_cols), unit stride along a row
+    x_ptr,  # (n_rows, n_cols), unit stride along a row
+    w_ptr,  # (n_cols,)
+    dot_ptr,  # (n_rows, n_chunks) fp32, contiguous: sum(dy * w * x) per row chunk
+    n_cols,
+    dy_row_stride,
+    x_row_stride,
+    BLOCK_N: tl.constexpr,  # chunk width, a power of two
+):
+    # One program per (row, chunk), row-major: the grid streams through memory in
+    # order, and the partial dot of program pid lands at dot_ptr + pid.
+    pid = tl.program_id(0)
+    n_chunks = tl.cdiv(n_cols, BLOCK_N)
+    row64 = (pid // n_chunks).to(tl.int64)
+    cols = (pid % n_chunks) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row64 * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    dy = tl.load(dy_ptr + row64 * dy_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(dot_ptr + pid, tl.sum(dy * w * x, axis=0))
+
+
+@triton.jit
+def rms_norm_bwd_chunked_kernel(
+    dy_ptr,  # (n_rows, n_cols), unit stride along a row
+    x_ptr,  # (n_rows, n_cols), unit stride along a row
+    w_ptr,  # (n_cols,)
+    rstd_ptr,  # (n_rows,) fp32, from the forward pass
+    dot_ptr,  # (n_rows, n_dots) fp32, from rms_norm_bwd_dot_kernel
+    dx_ptr,  # (n_rows, n_cols), unit stride along a row
+    dw_partial_ptr,  # (num_programs(1), n_cols) fp32, contiguous
+    n_rows,
+    n_cols,
+    n_dots,
+    dy_row_stride,
+    x_row_stride,
+    dx_row_stride,
+    BLOCK_N: tl.constexpr,  # column chunk of this program, a power of two
+    ROWS: tl.constexpr,  # rows per loop step
+    DOTS: tl.constexpr,  # next power of two >= n_dots
+):
+    # Program (chunk, split) owns columns [chunk * BLOCK_N, (chunk + 1) * BLOCK_N)
+    # and every num_programs(1)-th row block: its share of dweight for those columns
+    # stays in registers, as in rms_norm_bwd_kernel.
+    split = tl.program_id(1)
+    n_splits = tl.num_programs(1)
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    parts = tl.arange(0, DOTS)
+    n_blocks = tl.cdiv(n_rows, ROWS)
+    dw_acc = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
+
+    for b in tl.range(split, n_blocks, n_splits):
+        # Last row block first: the dot kernel read the rows in order, so the last
+        # ones are the likeliest still to be in L2.
+        rows = (n_blocks - 1 - b) * ROWS + tl.arange(0, ROWS)
+        row_ok = rows < n_rows
+        mask = row_ok[:, None] & col_ok[None, :]
+        rows64 = rows.to(tl.int64)[:, None]
+        # The whole row's sum(dy * w * x), from its chunks' partial sums, always added
+        # in the same order: every column chunk of a row gets the same c.
+        dot_mask = row_ok[:, None] & (parts < n_dots)[None, :]
+        dots = tl.load(dot_ptr + rows[:, None] * n_dots + parts[None, :], mask=dot_mask, other=0.0)
+        # Rows past the end get rstd = 0, so they contribute nothing to dw.
+        rstd = tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)
+        c = tl.sum(dots, axis=1) * rstd / n_cols  # sum(g * x_hat) / H
+
+        x = tl.load(x_ptr + rows64 * x_row_stride + cols[None, :], mask=mask, other=0.0)
+        dy = tl.load(dy_ptr + rows64 * dy_row_stride + cols[None, :], mask=mask, other=0.0)
+        w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+        x_hat = x.to(tl.float32) * rstd[:, None]
+        dy = dy.to(tl.float32)
+        g = dy * w[None, :]
+        dx = (g - x_hat * c[:, None]) * rstd[:, None]
+        tl.store(
+            dx_ptr + rows64 * dx_row_stride + cols[None, :],
+            dx.to(dx_ptr.dtype.element_ty),
+            mask=mask,
+        )
+        dw_acc += dy * x_hat
+
+    dw = tl.sum(dw_acc, axis=0)
+    tl.store(dw_partial_ptr + split * n_cols + cols, dw, mask=col_ok)
+
+
+# ---------------------------------------------------------------------------
 # Launch configuration
 # ---------------------------------------------------------------------------
 
@@ -184,11 +358,40 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-def _bwd_grid_size(x: torch.Tensor, n_blocks: int, programs_per_sm: int) -> int:
+def _grid_size(x: torch.Tensor, n_blocks: int, programs_per_sm: int) -> int:
+    """Programs of a persistent grid: ``programs_per_sm`` per SM, no more than blocks."""
     # Under the interpreter a handful of programs is enough to exercise the
     # partial-sum path without making the (serial) interpreter slow.
     sms = _sm_count(x.device.index or 0) if x.is_cuda else 4
     return max(1, min(n_blocks, sms * programs_per_sm))
+
+
+# Long rows (``benchmarks/rms_norm.py --tune-long``: H100, bf16, 2**26 elements,
+# triton 3.6).  The chunked forward's first walk loads chunks of 32768 with 32
+# warps, as the whole-row forward does at 32768 columns (32 values per thread, 62
+# registers), one program per SM: at 65536 columns only 132 rows (16 MiB of bf16)
+# then wait in L2 for their second walk, and it moves 2600 GB/s, where three full
+# passes over HBM would cap it near 2000.  Smaller chunks, more programs per SM or
+# one program per row were all slower (1840-2400 GB/s).  The backward's column
+# chunks take the short-row backward's settings for rows of one chunk (4096: one
+# row per step, 8 warps, 2 programs per SM), and the dot kernel the forward's; at
+# 65536 that gives 1690 GB/s, against 1530-1690 for the other settings tried and a
+# ceiling near 1800 for its 10 bytes of traffic per bf16 element.
+
+#: Programs per SM of the chunked forward's persistent grid.
+FWD_CHUNKED_PROGRAMS_PER_SM = 1
+
+
+def _fwd_chunked_config(n_cols: int) -> tuple[int, int, int]:
+    """(BLOCK_N, num_warps, programs per SM) for :func:`rms_norm_fwd_chunked_kernel`."""
+    block_n = min(CHUNK_FWD, triton.next_power_of_2(n_cols))
+    return block_n, max(1, min(32, block_n // 1024)), FWD_CHUNKED_PROGRAMS_PER_SM
+
+
+def _bwd_chunked_config(n_cols: int) -> tuple[int, int, int, int]:
+    """(BLOCK_N, rows per loop step, num_warps, programs per SM) for
+    :func:`rms_norm_bwd_chunked_kernel`: the short-row rules for rows of one chunk."""
+    return _bwd_config(min(CHUNK_BWD, triton.next_power_of_2(n_cols)))
 
 
 def _check_config(rows: int, num_warps: int) -> None:
@@ -198,6 +401,11 @@ def _check_config(rows: int, num_warps: int) -> None:
         raise ValueError(f"rms_norm: num_warps must be a power of two up to 32, got {num_warps}")
 
 
+def _check_chunk(chunk: int) -> None:
+    if chunk <= 0 or chunk & (chunk - 1):
+        raise ValueError(f"rms_norm: the chunk width must be a power of two, got {chunk}")
+
+
 def launch_rms_norm_fwd(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -205,17 +413,38 @@ def launch_rms_norm_fwd(
     *,
     rows_per_program: int | None = None,
     num_warps: int | None = None,
+    chunked: bool | None = None,
+    chunk: int | None = None,
+    programs_per_sm: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the forward kernel on a checked 2-D ``x`` with unit column stride.
 
     Returns ``(y, rstd)``: ``y`` contiguous with ``x``'s shape and dtype, ``rstd``
-    fp32 of shape ``(n_rows,)``.  ``rows_per_program`` and ``num_warps`` override
-    the heuristic (the benchmark sweeps them).
+    fp32 of shape ``(n_rows,)``.  ``chunked`` picks the kernel (default: the chunked
+    one for rows longer than :data:`FWD_CHUNKED_THRESHOLD`).  The other keywords
+    override the heuristic (the benchmark sweeps them): ``rows_per_program`` for
+    the whole-row kernel, ``chunk`` and ``programs_per_sm`` for the chunked one.
     """
     n_rows, n_cols = x.shape
     y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
     rstd = torch.empty((n_rows,), dtype=torch.float32, device=x.device)
     if x.numel() == 0:
+        return y, rstd
+    if chunked is None:
+        chunked = n_cols > FWD_CHUNKED_THRESHOLD
+    if chunked:
+        if rows_per_program is not None:
+            raise ValueError("rms_norm: the chunked forward takes one row at a time")
+        block_n, warps, per_sm = _fwd_chunked_config(n_cols)
+        block_n = chunk or block_n
+        warps = num_warps or warps
+        _check_config(1, warps)
+        _check_chunk(block_n)
+        n_progs = _grid_size(x, n_rows, programs_per_sm or per_sm)
+        rms_norm_fwd_chunked_kernel[(n_progs,)](
+            x, weight, y, rstd, n_rows, n_cols, x.stride(0), y.stride(0), eps,
+            BLOCK_N=block_n, num_warps=warps,
+        )  # fmt: skip
         return y, rstd
     block_n, rows, warps = _fwd_config(n_cols)
     rows = rows_per_program or rows
@@ -238,20 +467,32 @@ def launch_rms_norm_bwd(
     rows_per_program: int | None = None,
     num_warps: int | None = None,
     programs_per_sm: int | None = None,
+    chunked: bool | None = None,
+    chunk: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Run the backward kernel on checked 2-D ``dy`` and ``x`` (unit column stride).
+    """Run the backward kernels on checked 2-D ``dy`` and ``x`` (unit column stride).
 
-    Returns ``(dx, dweight)`` in the dtypes of ``x`` and ``weight``.
+    Returns ``(dx, dweight)`` in the dtypes of ``x`` and ``weight``.  ``chunked``
+    picks the kernels (default: the chunked ones for rows longer than
+    :data:`BWD_CHUNKED_THRESHOLD`); ``chunk`` is their column chunk, and the other
+    keywords override the heuristic for the whole-row kernel or, chunked, for
+    :func:`rms_norm_bwd_chunked_kernel`.
     """
     n_rows, n_cols = x.shape
     dx = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
     if x.numel() == 0:
         return dx, torch.zeros_like(weight)
+    if chunked is None:
+        chunked = n_cols > BWD_CHUNKED_THRESHOLD
+    if chunked:
+        return dx, _launch_bwd_chunked(
+            dy, x, weight, rstd, dx, rows_per_program, num_warps, programs_per_sm, chunk
+        )
     block_n, rows, warps, per_sm = _bwd_config(n_cols)
     rows = rows_per_program or rows
     warps = num_warps or warps
     _check_config(rows, warps)
-    n_progs = _bwd_grid_size(x, triton.cdiv(n_rows, rows), programs_per_sm or per_sm)
+    n_progs = _grid_size(x, triton.cdiv(n_rows, rows), programs_per_sm or per_sm)
     dw_partial = torch.empty((n_progs, n_cols), dtype=torch.float32, device=x.device)
     rms_norm_bwd_kernel[(n_progs,)](
         dy, x, weight, rstd, dx, dw_partial, n_rows, n_cols,
@@ -259,6 +500,35 @@ def launch_rms_norm_bwd(
         BLOCK_N=block_n, ROWS=rows, num_warps=warps,
     )  # fmt: skip
     return dx, dw_partial.sum(dim=0).to(weight.dtype)
+
+
+def _launch_bwd_chunked(dy, x, weight, rstd, dx, rows, warps, per_sm, chunk) -> torch.Tensor:
+    """The two chunked backward kernels; fills ``dx`` and returns ``dweight``."""
+    n_rows, n_cols = x.shape
+    block_n, def_rows, def_warps, def_per_sm = _bwd_chunked_config(n_cols)
+    block_n = chunk or block_n
+    rows = rows or def_rows
+    warps = warps or def_warps
+    _check_config(rows, warps)
+    _check_chunk(block_n)
+    n_chunks = triton.cdiv(n_cols, block_n)
+    # 1. Each (row, chunk): its sum(dy * w * x), into an (n_rows, n_chunks) buffer.
+    dots = torch.empty((n_rows, n_chunks), dtype=torch.float32, device=x.device)
+    rms_norm_bwd_dot_kernel[(n_rows * n_chunks,)](
+        dy, x, weight, dots, n_cols, dy.stride(0), x.stride(0),
+        BLOCK_N=block_n, num_warps=_warps(block_n, block_n),
+    )  # fmt: skip
+    # 2. dx, and dweight per (split, column chunk): the persistent grid of the
+    #    short-row backward, spread over the column chunks.
+    n_progs = _grid_size(x, n_rows * n_chunks, per_sm or def_per_sm)
+    n_splits = max(1, min(triton.cdiv(n_rows, rows), n_progs // n_chunks))
+    dw_partial = torch.empty((n_splits, n_cols), dtype=torch.float32, device=x.device)
+    rms_norm_bwd_chunked_kernel[(n_chunks, n_splits)](
+        dy, x, weight, rstd, dots, dx, dw_partial, n_rows, n_cols, n_chunks,
+        dy.stride(0), x.stride(0), dx.stride(0),
+        BLOCK_N=block_n, ROWS=rows, DOTS=triton.next_power_of_2(n_chunks), num_warps=warps,
+    )  # fmt: skip
+    return dw_partial.sum(dim=0).to(weight.dtype)
 
 
 # ---------------------------------------------------------------------------
@@ -321,7 +591,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     x
         Tensor of shape ``(..., H)``, float16, bfloat16 or float32, on tilebook's
         device.  Any strides: rows that are not evenly strided are copied first.
-        ``H`` may be at most :data:`MAX_HIDDEN` (65536).
+        ``H`` may be at most :data:`MAX_HIDDEN` (``2**20``); long rows take the
+        chunked kernels.
     weight
         1-D tensor of size ``H`` with the same dtype and device as ``x``.
     eps
@@ -355,8 +626,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
         )
     if n_cols > MAX_HIDDEN:
         raise ValueError(
-            f"rms_norm: the last dimension of x is {n_cols}, but this kernel keeps a whole row "
-            f"in registers and supports at most {MAX_HIDDEN}"
+            f"rms_norm: the last dimension of x is {n_cols}, but rms_norm supports at most "
+            f"{MAX_HIDDEN}"
         )
     # The kernels read weight with unit stride.
     weight = weight.contiguous()
