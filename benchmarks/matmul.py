@@ -5,7 +5,15 @@ FLOPs counted: 2*M*N*K.  Square sizes take the persistent TMA kernel on a Hopper
 GPU; the odd ragged shape (rows not 16-byte aligned) takes the pointer kernel.
 
     PYTHONPATH=src python benchmarks/matmul.py            # table, ratio vs cuBLAS
+    PYTHONPATH=src python benchmarks/matmul.py --square   # 2048, 4096 and 8192 cubed only
     PYTHONPATH=src python benchmarks/matmul.py --sweep    # fixed configs behind the tables
+
+Besides do_bench's figures the table shows host time: ``n`` calls back to back, timed
+on the host before (``host``) and after (``wall``) a final synchronize.  When host
+time per call exceeds the kernel's time the GPU waits for Python, and do_bench, which
+times between CUDA events, counts the wait.  ``--square`` also prints what one launch
+of the 2048-cubed product costs on the host by each route (full call, cached runner,
+the JIT's ``kernel[grid](...)``).
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ import json
 import multiprocessing
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -33,6 +42,7 @@ SHAPES = [
     (4095, 4097, 4093),
 ]
 QUICK_SHAPES = [(4096, 4096, 4096), (3000, 5000, 2000)]
+SQUARE_SHAPES = SHAPES[:3]
 BASELINE = {"matmul": ["cuBLAS"]}  # for run_all.py
 
 
@@ -58,45 +68,103 @@ def _row(shape: str, impl: str, m: Any, **extra: Any) -> dict[str, Any]:
     return {"kernel": "matmul", "shape": shape, "dtype": dtype, "impl": impl, **extra, **m.as_row()}
 
 
+def host_time(fn: Callable[[], Any], n: int = 200) -> tuple[float, float]:
+    """(host, wall) microseconds per call of ``fn``, ``n`` calls back to back: host
+    until the last call returns, wall until the GPU has finished them all."""
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    t2 = time.perf_counter()
+    return (t1 - t0) / n * 1e6, (t2 - t0) / n * 1e6
+
+
 def _bench_shape(m: int, n: int, k: int) -> list[dict]:
     shape = _shape(m, n, k)
     a = torch.randn(m, k, device="cuda", dtype=DTYPE)
     b = torch.randn(k, n, device="cuda", dtype=DTYPE)
     ref = a.double() @ b.double()
-    err = check(f"matmul {shape}", mm.matmul(a, b), ref)
+    err = check(f"matmul {shape}", mm.matmul(a, b), ref)  # autotunes
+    check(f"matmul {shape} (2nd call)", mm.matmul(a, b), ref)  # compiles the runner
+    check(f"matmul {shape} (cached runner)", mm.matmul(a, b), ref)
     check(f"torch.matmul {shape}", torch.matmul(a, b), ref)
     del ref
     flops = 2 * m * n * k
-    return [
-        _row(shape, "tilebook", measure(lambda: mm.matmul(a, b), flops=flops), rel_err=err),
-        _row(shape, "cuBLAS", measure(lambda: torch.matmul(a, b), flops=flops)),
-    ]
+    ours, theirs = (lambda: mm.matmul(a, b)), (lambda: torch.matmul(a, b))
+    rows = []
+    for impl, fn, extra in (("tilebook", ours, {"rel_err": err}), ("cuBLAS", theirs, {})):
+        host, wall = host_time(fn)
+        rows.append(
+            _row(shape, impl, measure(fn, flops=flops), host_us=host, wall_us=wall, **extra)
+        )
+    return rows
 
 
-def run(quick: bool = False) -> list[dict]:
+def run(quick: bool = False, square: bool = False) -> list[dict]:
     """Check, then time, tilebook.matmul and torch.matmul on a GPU."""
     if not tilebook.is_gpu():
         raise RuntimeError("benchmarks/matmul.py needs a CUDA GPU")
     rows: list[dict] = []
-    for m, n, k in QUICK_SHAPES if quick else SHAPES:
+    for m, n, k in SQUARE_SHAPES if square else QUICK_SHAPES if quick else SHAPES:
         rows += _bench_shape(m, n, k)
+        print(table(rows[-2:]).splitlines()[-1], flush=True)  # in case a later shape fails
         torch.cuda.empty_cache()
     return rows
 
 
 def table(rows: list[dict]) -> str:
-    """One line per shape: TFLOP/s of each implementation, and baseline time / tilebook time."""
+    """One line per shape: TFLOP/s of each implementation, baseline time / tilebook time,
+    and host and wall microseconds per call of each (tilebook / cuBLAS)."""
     impls = ("tilebook", "cuBLAS")
     head = " ".join(f"{i:>10}" for i in impls)
     out = [
-        f"{'kernel':<8} {'shape':>16} {head} {'ratio':>6}  (TFLOP/s; ratio = cuBLAS / tilebook time)"
+        f"{'kernel':<8} {'shape':>16} {head} {'ratio':>6} {'host us':>13} {'wall us':>13}  "
+        + "(TFLOP/s; ratio = cuBLAS / tilebook time; us per call: tilebook/cuBLAS)"
     ]
     for kernel, shape in dict.fromkeys((r["kernel"], r["shape"]) for r in rows):
         by = {r["impl"]: r for r in rows if r["kernel"] == kernel and r["shape"] == shape}
         cells = " ".join(f"{by[i]['tflops']:10.0f}" for i in impls)
         ratio = by["cuBLAS"]["median_ms"] / by["tilebook"]["median_ms"]
-        out.append(f"{kernel:<8} {shape:>16} {cells} {ratio:6.2f}")
+        us = {
+            f: "/".join(f"{by[i][f]:.1f}" for i in impls) if f in by["tilebook"] else "-"
+            for f in ("host_us", "wall_us")
+        }
+        out.append(
+            f"{kernel:<8} {shape:>16} {cells} {ratio:6.2f} {us['host_us']:>13} {us['wall_us']:>13}"
+        )
     return "\n".join(out)
+
+
+def launch_costs(size: int = 2048) -> str:
+    """Host microseconds of one ``size``-cubed launch by each route (after warm-up)."""
+    a = torch.randn(size, size, device="cuda", dtype=DTYPE)
+    b = torch.randn(size, size, device="cuda", dtype=DTYPE)
+    for _ in range(3):
+        mm.matmul(a, b)
+    c = torch.empty(size, size, device="cuda", dtype=DTYPE)
+    runner, _ = mm._RUNNERS[mm._call_key("matmul", a, b, None, "none", "auto")]
+    kw, grid, _ = mm._PICKED[("tma", size, size, size, DTYPE, False, False, False, "none")]
+    _, options = mm._split_kwargs(kw, mm._TMA_CONSTEXPRS)
+    jit_args = runner.args(a, b, c, None)
+    routes = {
+        "tilebook.matmul (checks, output, launch)": lambda: mm.matmul(a, b),
+        "cached runner only (output given)": lambda: runner(a, b, c, None),
+        "JIT: matmul_tma_kernel[grid](...)": lambda: mm.matmul_tma_kernel[grid](
+            *jit_args, **options
+        ),
+        "torch.empty_like(c)": lambda: torch.empty_like(c),
+        "torch.matmul": lambda: torch.matmul(a, b),
+    }
+    launcher = getattr(runner.launch, "__qualname__", "?").split(".")[0]
+    dtype = str(DTYPE).removeprefix("torch.")
+    lines = [f"host us per call, {dtype} {size}^3 (runner launches via {launcher}):"]
+    for name, fn in routes.items():
+        host, wall = host_time(fn, n=500)
+        lines.append(f"  {name:<42} host {host:6.1f}  wall {wall:6.1f}")
+    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------- the sweep
@@ -335,15 +403,21 @@ def sweep(budget_s: float = 300.0) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="two shapes only")
+    p.add_argument("--square", action="store_true", help="2048, 4096, 8192 cubed, launch costs")
     p.add_argument("--sweep", action="store_true", help="time fixed candidate configurations")
     p.add_argument("--budget", type=float, default=300.0, help="seconds the sweep may take")
     p.add_argument("--json", help="write the rows to this file")
     args = p.parse_args(argv)
     print(tilebook.banner(), flush=True)
-    rows = sweep(args.budget) if args.sweep else run(quick=args.quick)
+    rows = sweep(args.budget) if args.sweep else run(quick=args.quick, square=args.square)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
+    if args.square:
+        try:
+            print(launch_costs(), flush=True)
+        except Exception as exc:  # noqa: BLE001  (the table below still matters)
+            print(f"launch costs: {type(exc).__name__}: {exc}", flush=True)
     if not args.sweep:
         print(table(rows))
     return 0

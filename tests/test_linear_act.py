@@ -93,6 +93,30 @@ def test_vector_and_layouts():
     assert_matches(linear_act(x, w, bias, "gelu", impl="pointer"), x, w, bias, "gelu")
 
 
+@pytest.mark.parametrize("impl", ["pointer", "tma"])
+def test_cached_runner_batched(impl):
+    if impl == "tma" and not mm._tma_supported(DEV):
+        pytest.skip("no TMA path here")
+    # From the 3rd call on, a runner launches with x and weight themselves (no views):
+    # batch dimensions, a transposed weight and new tensors each call.
+    for call in range(4):
+        x, bias = rand(2, 7, 48, dtype=torch.float16), rand(40, dtype=torch.float16)
+        for w in (rand(40, 48, dtype=torch.float16), rand(48, 40, dtype=torch.float16).t()):
+            out = linear_act(x, w, bias, "silu", impl=impl)
+            assert_matches(out, x, w, bias, "silu")
+            if call >= 2:
+                assert mm._call_key("linear_act", x, w, bias, "silu", impl) in mm._RUNNERS
+
+
+def test_copied_input_is_not_cached():
+    # x whose batch dimensions cannot be flattened into a view: every call copies it,
+    # so no runner (which would read x itself) may be kept.
+    for _ in range(3):
+        x, w = rand(3, 40, 5).permute(0, 2, 1)[:, :, ::2], rand(24, 20)
+        assert_matches(linear_act(x, w, None, "relu"), x, w, None, "relu")
+        assert mm._call_key("linear_act", x, w, None, "relu", "auto") not in mm._RUNNERS
+
+
 def test_empty_batch():
     out = linear_act(rand(0, 7, 16), rand(8, 16), rand(8))
     assert out.shape == (0, 7, 8)
@@ -137,6 +161,18 @@ def test_bf16_gpu(m, n, k, activation):
     assert_matches(linear_act(x, w, None, activation, impl="pointer"), x, w, None, activation)
     if mm._tma_supported(DEV) and k % 8 == 0 and n % 8 == 0:
         assert_matches(linear_act(x, w, bias, activation, impl="tma"), x, w, bias, activation)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("impl", ["auto", "pointer"])
+def test_gpu_cached_runner_batched(impl):
+    x, bias = rand(4, 96, 256, dtype=torch.bfloat16), rand(384, dtype=torch.bfloat16)
+    w = rand(384, 256, dtype=torch.bfloat16, scale=256**-0.5)
+    for _ in range(4):
+        x.normal_(), w.normal_(std=256**-0.5), bias.normal_()
+        assert_matches(linear_act(x, w, bias, "gelu", impl=impl), x, w, bias, "gelu")
+    runner, _ = mm._RUNNERS[mm._call_key("linear_act", x, w, bias, "gelu", impl)]
+    assert runner.launch.__qualname__.startswith("_direct_launcher"), runner.launch.__qualname__
 
 
 def test_fused_epilogue_compiles_to_wgmma_for_sm90():

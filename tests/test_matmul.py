@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 
@@ -108,6 +110,94 @@ def test_second_call_skips_the_autotuner():
         assert any(key[0] == impl and key[1:4] == (40, 56, 24) for key in mm._PICKED)
 
 
+@pytest.mark.parametrize("impl", ["pointer", "tma"])
+def test_cached_runner_every_layout(impl):
+    if impl == "tma" and not HAS_TMA:
+        pytest.skip("no TMA path here")
+    count = 4 if impl == "tma" else 5  # the descriptor kernel takes no strided slices
+    # The 1st call of a layout autotunes, the 2nd compiles a runner through the JIT, the
+    # 3rd and 4th launch the runner, each time with new tensors that it must read.
+    for call in range(4):
+        for name, a, b in list(_layouts(40, 48, 32, torch.float16))[:count]:
+            try:
+                assert_matches(mm.fused_matmul(a, b, impl=impl), a, b)
+            except AssertionError as exc:
+                raise AssertionError(f"{name}: {exc}") from exc
+            if call >= 2:
+                assert mm._call_key("matmul", a, b, None, "none", impl) in mm._RUNNERS, name
+
+
+def test_cached_runner_takes_new_tensors():
+    a, b, bias = rand(20, 32), rand(32, 24), rand(24)
+    for _ in range(4):
+        a.normal_(), b.normal_(), bias.normal_()
+        a_new, b_new, bias_new = a.clone(), b.clone(), bias.clone()  # new storage each call
+        out = mm.fused_matmul(a_new, b_new, bias_new, "relu")
+        ref = torch.relu(a_new.double() @ b_new.double() + bias_new.double())
+        assert ((out.double() - ref).norm() / ref.norm()).item() < TOL[torch.float32]
+    assert mm._call_key("matmul", a, b, bias, "relu", "auto") in mm._RUNNERS
+
+
+def test_cached_call_keeps_checks():
+    a, b = rand(8, 16), rand(16, 4)
+    for _ in range(3):
+        assert_matches(mm.matmul(a, b), a, b)
+    with pytest.raises(TypeError, match="matmul: a and b must have the same dtype"):
+        mm.matmul(a, b.half())
+    with pytest.raises(ValueError, match="matmul: inner dimensions differ"):
+        mm.matmul(a, rand(15, 4))
+    with pytest.raises(ValueError, match="fused_matmul: unknown activation"):
+        mm.fused_matmul(a, b, activation=["relu"])  # unhashable: no key, same message
+    with pytest.raises(ValueError, match="impl must be"):
+        mm.fused_matmul(a, b, impl=["tma"])
+    with pytest.raises(TypeError, match=r"fused_matmul: bias must be a torch\.Tensor"):
+        mm.fused_matmul(a, b, [0.0] * 4)
+
+
+def test_misaligned_view_takes_its_own_path():
+    # Same shape and strides as a cached call, but a data pointer off by one element:
+    # alignment is part of the key (Triton specialises on it, TMA requires it).
+    a, b = rand(40, 24, dtype=torch.float16), rand(24, 56, dtype=torch.float16)
+    for _ in range(3):
+        assert_matches(mm.matmul(a, b), a, b)
+    shifted = rand(40 * 24 + 1, dtype=torch.float16)[1:].view(40, 24)
+    assert shifted.data_ptr() % 16
+    for _ in range(3):
+        assert_matches(mm.matmul(shifted, b), shifted, b)
+
+
+def test_constexpr_tails_match_the_kernels():
+    # A direct launch passes every argument positionally, constexprs last.
+    for kernel, names in (
+        (mm.matmul_tma_kernel, mm._TMA_CONSTEXPRS),
+        (mm.matmul_kernel, mm._PTR_CONSTEXPRS),
+    ):
+        params = list(inspect.signature(kernel.fn).parameters)
+        assert tuple(params[-len(names) :]) == names
+        assert not set(names) & set(params[: -len(names)])
+    # ...and one argument per parameter, runtime ones first.
+    t = rand(16, 16, dtype=torch.float16)
+    tail = (None,) * len(mm._TMA_CONSTEXPRS)
+    blocks = ([16, 16],) * 3
+    args = mm._tma_args(16, 16, 16, False, True, (16, 1), (1, 16), blocks, tail)(t, t, t, None)
+    assert len(args) == len(inspect.signature(mm.matmul_tma_kernel.fn).parameters)
+    tail = (None,) * len(mm._PTR_CONSTEXPRS)
+    args = mm._ptr_args(16, 16, 16, (16, 1), (16, 1), tail)(t, t, t, None)
+    assert len(args) == len(inspect.signature(mm.matmul_kernel.fn).parameters)
+
+
+@needs_tma
+def test_plain_descriptor_equals_checked_one():
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    t = rand(32, 16, dtype=torch.float16)
+    full = TensorDescriptor(t, [32, 16], [16, 1], [16, 16])
+    fast = mm._make_descriptor(t, [32, 16], [16, 1], [16, 16])
+    assert isinstance(fast, TensorDescriptor)
+    for name, value in vars(full).items():
+        assert getattr(fast, name) is value or getattr(fast, name) == value, name
+
+
 def test_empty_and_k_zero():
     assert mm.matmul(rand(0, 8), rand(8, 5)).shape == (0, 5)
     assert mm.matmul(rand(4, 8), rand(8, 0)).shape == (4, 0)
@@ -179,6 +269,21 @@ def test_bf16_gpu_large_takes_tma():
     # Enough 128x256 tiles for "auto" to pick the TMA kernel on a Hopper GPU.
     a, b = rand(4096, 128, dtype=torch.bfloat16), rand(128, 4096 + 8, dtype=torch.bfloat16)
     assert_matches(mm.matmul(a, b), a, b)
+
+
+@pytest.mark.gpu
+def test_gpu_cached_runner_launches_directly():
+    # After two calls the kernel is launched without JITFunction.run; results still match.
+    a, b = rand(512, 256, dtype=torch.bfloat16), rand(256, 384, dtype=torch.bfloat16)
+    for _ in range(4):
+        a.normal_(), b.normal_()
+        assert_matches(mm.matmul(a, b), a, b)
+    runner, _ = mm._RUNNERS[mm._call_key("matmul", a, b, None, "none", "auto")]
+    assert runner.launch.__qualname__.startswith("_direct_launcher"), runner.launch.__qualname__
+    with torch.cuda.stream(torch.cuda.Stream()):  # the current stream, read on every call
+        out = mm.matmul(a, b)
+    torch.cuda.synchronize()
+    assert_matches(out, a, b)
 
 
 @pytest.mark.gpu

@@ -19,7 +19,18 @@ from __future__ import annotations
 import torch
 
 from ..validation import check_tensor
-from .matmul import ACTIVATIONS, MM_DTYPES, _check_activation, _check_pair, _is_operand, _run
+from .matmul import (
+    _IMPLS,
+    ACTIVATIONS,
+    MM_DTYPES,
+    _call_key,
+    _check_activation,
+    _check_pair,
+    _is_operand,
+    _remember,
+    _run,
+    _run_cached,
+)
 
 __all__ = ["ACTIVATIONS", "linear_act"]
 
@@ -35,6 +46,9 @@ def linear_act(
     impl: str = "auto",
 ) -> torch.Tensor:
     """Return ``activation(torch.nn.functional.linear(x, weight, bias))`` from one kernel.
+
+    All tensors share one dtype: float16 or bfloat16 (float32 also works, through
+    TF32 on a GPU).  The result has shape ``(..., N)`` and the input dtype.
 
     Parameters
     ----------
@@ -52,13 +66,16 @@ def linear_act(
     impl
         ``"auto"``, ``"tma"`` or ``"pointer"``; see :func:`tilebook.ops.matmul.fused_matmul`.
 
-    All tensors share one dtype: float16 or bfloat16 (float32 also works, through
-    TF32 on a GPU).  The result has shape ``(..., N)`` and the input dtype.
-
     Examples
     --------
     >>> y = tilebook.linear_act(x, layer.weight, layer.bias, "gelu")   # doctest: +SKIP
     """
+    # A call like one seen before (same shapes, strides, dtypes, devices, alignment,
+    # activation) launches straight away: it passed every check below then.
+    key = _call_key(_OP, x, weight, bias, activation, impl)
+    out = _run_cached(key, x, weight, bias)
+    if out is not None:
+        return out
     # The cheap test first; the full checks run only to say what is wrong.
     if not (isinstance(x, torch.Tensor) and x.dim() >= 1 and _is_operand(x, x.dim())):
         check_tensor(x, "x", _OP, dtypes=MM_DTYPES, min_ndim=1)
@@ -79,10 +96,12 @@ def linear_act(
                 f"{tuple(weight.shape)}, got {tuple(bias.shape)}"
             )
     activation = _check_activation(activation, _OP)
-    if impl not in ("auto", "tma", "pointer"):
+    if impl not in _IMPLS:
         raise ValueError(f"{_OP}: impl must be 'auto', 'tma' or 'pointer', got {impl!r}")
 
-    lead = x.shape[:-1]
+    lead, n_out = x.shape[:-1], weight.shape[0]
     x2 = x.reshape(-1, x.shape[-1])  # a view whenever the batch dimensions allow one
-    y = _run(x2, weight.t(), bias, activation, impl, _OP)
-    return y.reshape(*lead, weight.shape[0])
+    y, runner = _run(x2, weight.t(), bias, activation, impl, _OP)
+    if x2.data_ptr() == x.data_ptr():  # a view: later calls may hand the runner x itself
+        _remember(key, runner, (*lead, n_out))
+    return y.reshape(*lead, n_out)
