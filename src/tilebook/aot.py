@@ -63,7 +63,7 @@ def _nvidia_bin(tool: str) -> str | None:
         path = getattr(triton.knobs.nvidia, tool).path
         if path and Path(path).exists():
             return str(path)
-    except Exception:  # noqa: BLE001  (older or newer Triton without this knob)
+    except Exception:  # noqa: BLE001, S110  (a Triton without this knob)
         pass
     bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / tool
     if bundled.exists():
