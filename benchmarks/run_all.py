@@ -51,6 +51,8 @@ def summarise(rows: list[dict[str, Any]], baseline: dict[str, list[str]]) -> lis
         if not ours:
             continue
         allowed = baseline.get(kernel)
+        if isinstance(allowed, str):
+            allowed = [allowed]
         others = [
             r
             for r in group
