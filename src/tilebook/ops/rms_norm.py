@@ -44,6 +44,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._launch import launch
 from ..validation import check_tensor
 
 __all__ = [
@@ -441,7 +442,8 @@ def launch_rms_norm_fwd(
         _check_config(1, warps)
         _check_chunk(block_n)
         n_progs = _grid_size(x, n_rows, programs_per_sm or per_sm)
-        rms_norm_fwd_chunked_kernel[(n_progs,)](
+        launch(
+            rms_norm_fwd_chunked_kernel, (n_progs,),
             x, weight, y, rstd, n_rows, n_cols, x.stride(0), y.stride(0), eps,
             BLOCK_N=block_n, num_warps=warps,
         )  # fmt: skip
@@ -451,7 +453,8 @@ def launch_rms_norm_fwd(
     warps = num_warps or warps
     _check_config(rows, warps)
     grid = (triton.cdiv(n_rows, rows),)
-    rms_norm_fwd_kernel[grid](
+    launch(
+        rms_norm_fwd_kernel, grid,
         x, weight, y, rstd, n_rows, n_cols, x.stride(0), y.stride(0), eps,
         BLOCK_N=block_n, ROWS=rows, num_warps=warps,
     )  # fmt: skip
@@ -494,7 +497,8 @@ def launch_rms_norm_bwd(
     _check_config(rows, warps)
     n_progs = _grid_size(x, triton.cdiv(n_rows, rows), programs_per_sm or per_sm)
     dw_partial = torch.empty((n_progs, n_cols), dtype=torch.float32, device=x.device)
-    rms_norm_bwd_kernel[(n_progs,)](
+    launch(
+        rms_norm_bwd_kernel, (n_progs,),
         dy, x, weight, rstd, dx, dw_partial, n_rows, n_cols,
         dy.stride(0), x.stride(0), dx.stride(0),
         BLOCK_N=block_n, ROWS=rows, num_warps=warps,
@@ -514,7 +518,8 @@ def _launch_bwd_chunked(dy, x, weight, rstd, dx, rows, warps, per_sm, chunk) -> 
     n_chunks = triton.cdiv(n_cols, block_n)
     # 1. Each (row, chunk): its sum(dy * w * x), into an (n_rows, n_chunks) buffer.
     dots = torch.empty((n_rows, n_chunks), dtype=torch.float32, device=x.device)
-    rms_norm_bwd_dot_kernel[(n_rows * n_chunks,)](
+    launch(
+        rms_norm_bwd_dot_kernel, (n_rows * n_chunks,),
         dy, x, weight, dots, n_cols, dy.stride(0), x.stride(0),
         BLOCK_N=block_n, num_warps=_warps(block_n, block_n),
     )  # fmt: skip
@@ -523,7 +528,8 @@ def _launch_bwd_chunked(dy, x, weight, rstd, dx, rows, warps, per_sm, chunk) -> 
     n_progs = _grid_size(x, n_rows * n_chunks, per_sm or def_per_sm)
     n_splits = max(1, min(triton.cdiv(n_rows, rows), n_progs // n_chunks))
     dw_partial = torch.empty((n_splits, n_cols), dtype=torch.float32, device=x.device)
-    rms_norm_bwd_chunked_kernel[(n_chunks, n_splits)](
+    launch(
+        rms_norm_bwd_chunked_kernel, (n_chunks, n_splits),
         dy, x, weight, rstd, dots, dx, dw_partial, n_rows, n_cols, n_chunks,
         dy.stride(0), x.stride(0), dx.stride(0),
         BLOCK_N=block_n, ROWS=rows, DOTS=triton.next_power_of_2(n_chunks), num_warps=warps,

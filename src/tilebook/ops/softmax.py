@@ -30,6 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._launch import launch
 from ..validation import check_tensor
 
 __all__ = [
@@ -381,7 +382,10 @@ def launch_softmax_forward(
     kernel = softmax_fwd_online_kernel if cfg.online else softmax_fwd_kernel
     meta = _meta(cfg, n_rows, n_cols, x, y)
     with _device_guard(x):
-        kernel[_grid(n_rows, cfg, x.device)](x, y, n_rows, n_cols, x.stride(0), y.stride(0), **meta)
+        launch(
+            kernel, _grid(n_rows, cfg, x.device),
+            x, y, n_rows, n_cols, x.stride(0), y.stride(0), **meta,
+        )  # fmt: skip
     return y
 
 
@@ -397,9 +401,10 @@ def launch_softmax_backward(
     kernel = softmax_bwd_online_kernel if cfg.online else softmax_bwd_kernel
     meta = _meta(cfg, n_rows, n_cols, y, dy, dx)
     with _device_guard(y):
-        kernel[_grid(n_rows, cfg, y.device)](
-            y, dy, dx, n_rows, n_cols, y.stride(0), dy.stride(0), dx.stride(0), **meta
-        )
+        launch(
+            kernel, _grid(n_rows, cfg, y.device),
+            y, dy, dx, n_rows, n_cols, y.stride(0), dy.stride(0), dx.stride(0), **meta,
+        )  # fmt: skip
     return dx
 
 
