@@ -181,3 +181,119 @@ def test_fused_epilogue_compiles_to_wgmma_for_sm90():
         k = mm.compile_ahead("tma", cfg, "bf16", b_t=True, activation="gelu", has_bias=True)
         assert k.count("HGMMA") > 0, "bf16 dot did not lower to wgmma"
         assert not k.spill_stores_bytes, f"{k.spill_stores_bytes} bytes of register spills"
+
+
+# --------------------------------------------------------------------------- autograd
+
+GRAD_TOL = {
+    torch.float32: 1e-5 if tilebook.is_interpreter() else 5e-3,
+    torch.float16: 3e-3,
+    torch.bfloat16: 2e-2,
+}
+
+
+def leaf(t, requires_grad=True):
+    return None if t is None else t.detach().clone().requires_grad_(requires_grad)
+
+
+def check_grads(x, w, bias, activation, grads=(True, True, True), impl="auto"):
+    """linear_act's gradients against float64 autograd of F.<act>(F.linear(...))."""
+    x, w = leaf(x, grads[0]), leaf(w, grads[1])
+    bias = leaf(bias, grads[2])
+    out = linear_act(x, w, bias, activation, impl=impl)
+    assert out.requires_grad
+    dy = torch.randn_like(out)
+    out.backward(dy)
+
+    x64, w64 = leaf(x.double(), grads[0]), leaf(w.double(), grads[1])
+    b64 = None if bias is None else leaf(bias.double(), grads[2])
+    ref = REF_ACT[activation](F.linear(x64, w64, b64))
+    ref.backward(dy.double())
+    assert_matches(out.detach(), x, w, bias, activation)
+    for name, got, want in (("x", x, x64), ("weight", w, w64), ("bias", bias, b64)):
+        if got is None or not got.requires_grad:
+            assert got is None or got.grad is None, f"{name} got a gradient it did not ask for"
+            continue
+        assert got.grad is not None, f"no gradient for {name}"
+        assert got.grad.shape == got.shape and got.grad.dtype == got.dtype
+        assert torch.isfinite(got.grad).all(), f"{name}: non-finite gradient"
+        err = ((got.grad.double() - want.grad).norm() / want.grad.norm().clamp_min(1e-30)).item()
+        assert err < GRAD_TOL[got.dtype], f"{activation}: d{name} relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_grad_batched_ragged(activation, with_bias, dtype):
+    # Batch dims (3, 5), K = 33, N = 19: ragged against every tile.
+    x, w = rand(3, 5, 33, dtype=dtype), rand(19, 33, dtype=dtype, scale=0.3)
+    bias = rand(19, dtype=dtype) if with_bias else None
+    check_grads(x, w, bias, activation)
+
+
+@pytest.mark.parametrize(
+    "grads", [(True, False, False), (False, True, False), (False, False, True), (True, False, True)]
+)
+def test_grad_some_inputs(grads):
+    x, w, bias = rand(2, 7, 24), rand(12, 24, scale=0.3), rand(12)
+    check_grads(x, w, bias, "silu", grads)
+
+
+def test_grad_layouts_and_saturation():
+    # A vector x, a permuted (non-viewable) x, a transposed weight, and +-80
+    # pre-activations, where the sigmoid-based derivatives must stay finite.
+    w, bias = rand(24, 40, scale=0.3), rand(24)
+    check_grads(rand(40), w, bias, "gelu")
+    check_grads(rand(3, 40, 5).permute(0, 2, 1)[:, :, ::2], rand(24, 20), bias, "gelu_tanh")
+    check_grads(rand(2, 5, 40), rand(40, 24).t(), bias, "relu")
+    for activation in ACTIVATIONS:
+        check_grads(rand(8, 32, scale=10.0), rand(16, 32), None, activation)
+
+
+def test_grad_expanded_upstream_and_chain():
+    # y.sum().backward() sends a stride-0 dY; and the op composes with itself.
+    x, w1, w2 = (
+        leaf(rand(*s, dtype=torch.float16, scale=0.5)) for s in ((6, 16), (20, 16), (8, 20))
+    )
+    linear_act(linear_act(x, w1, None, "gelu"), w2, None, "silu").sum().backward()
+    x64, a64, b64 = (leaf(t.double()) for t in (x, w1, w2))
+    F.silu(F.linear(F.gelu(F.linear(x64, a64)), b64)).sum().backward()
+    for got, want in ((x, x64), (w1, a64), (w2, b64)):
+        err = ((got.grad.double() - want.grad).norm() / want.grad.norm()).item()
+        assert err < 5e-3, err
+
+
+def test_no_grad_keeps_fast_path():
+    # Under no_grad, or with no input that requires grad, the result carries no graph
+    # and the call is remembered for the direct launch, as before.
+    x, w = leaf(rand(4, 32)), rand(16, 32)
+    with torch.no_grad():
+        for _ in range(3):
+            out = linear_act(x, w, None, "relu")
+    assert not out.requires_grad and out.grad_fn is None
+    assert mm._call_key("linear_act", x, w, None, "relu", "auto") in mm._RUNNERS
+    assert linear_act(x.detach(), w, None, "relu").grad_fn is None
+    assert linear_act(x, w, None, "relu").grad_fn is not None
+
+
+def test_grad_path_checks_inputs():
+    w = leaf(rand(8, 16))
+    with pytest.raises(ValueError, match="linear_act: unknown activation 'tanh'"):
+        linear_act(rand(4, 16), w, None, "tanh")
+    with pytest.raises(ValueError, match="linear_act: x has 15 features"):
+        linear_act(rand(4, 15), w)
+    with pytest.raises(TypeError, match=r"linear_act: x must be a torch\.Tensor"):
+        linear_act([[1.0] * 16], w)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("m", "n", "k"), [(512, 384, 256), (300, 257, 130)])
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_grad_bf16_gpu(m, n, k, activation):
+    x = rand(2, m // 2, k, dtype=torch.bfloat16)
+    w = rand(n, k, dtype=torch.bfloat16, scale=k**-0.5)
+    bias = rand(n, dtype=torch.bfloat16)
+    check_grads(x, w, bias, activation)
+    check_grads(x, w, None, activation, impl="pointer")
+    if mm._tma_supported(DEV) and k % 8 == 0 and n % 8 == 0:
+        check_grads(x, w, bias, activation, impl="tma")

@@ -12,11 +12,32 @@ tensor cores wait (Triton 3.6 does not warp-specialise on Hopper), so a cheap on
 wins: SiLU 1.06x the unfused pair (4096 x 11008 x 4096), while the erf GELU, about
 22 instructions an element against 12 for SiLU, costs about what the pass it saves
 (0.99 to 1.01x).
+
+Autograd: when grad mode is on and ``x``, ``weight`` or ``bias`` requires grad, the
+call goes through :class:`LinearActFunction`; otherwise (inference, ``torch.no_grad``)
+it takes the same cached direct launch as before, after one cheap test.
+
+The backward needs ``act'(Z)`` for the pre-activation ``Z = x @ W.T + b``, which the
+fused forward never writes to memory.  Two designs: store ``Z`` (forward as an
+unfused GEMM plus an element-wise activation pass, giving up the fusion this op
+exists for, and holding an extra ``(M, N)`` tensor until the backward), or recompute
+``Z`` in the backward with one more GEMM (``fused_matmul(..., "none")``).  We
+recompute: the forward stays fused and saves nothing beyond ``x``, ``weight`` and
+``bias`` (which autograd keeps for ``F.linear`` too), at the price of a third GEMM in
+the backward (forward + backward go from 3 GEMMs to 4).  Two activations need no
+``Z``: ``"none"`` (``dZ = dY``) and ``"relu"``, whose derivative reads the saved output
+(``Y > 0`` exactly where ``Z > 0``, the rule PyTorch's own ReLU backward uses).  Then
+``dZ = dY * act'(Z)`` (:func:`act_grad_kernel`, float32 arithmetic), ``dX = dZ @ W``,
+``dW = dZ.T @ X`` and ``db = dZ.sum(0)`` (accumulated in float32).
 """
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
+import triton
+import triton.language as tl
 
 from ..validation import check_tensor
 from .matmul import (
@@ -30,11 +51,102 @@ from .matmul import (
     _remember,
     _run,
     _run_cached,
+    fused_matmul,
+    matmul,
 )
 
-__all__ = ["ACTIVATIONS", "linear_act"]
+__all__ = ["ACTIVATIONS", "LinearActFunction", "act_grad_kernel", "linear_act"]
 
 _OP = "linear_act"
+_grad_enabled = torch.is_grad_enabled
+
+
+# --------------------------------------------------------------------------- backward
+
+
+@triton.jit
+def act_grad_kernel(
+    dy_ptr,  # dY, contiguous
+    t_ptr,  # Z (the pre-activation), or Y for "relu"; contiguous
+    dz_ptr,  # dZ = dY * act'(Z), contiguous
+    n_elements,
+    ACTIVATION: tl.constexpr,  # "relu", "gelu", "gelu_tanh" or "silu"
+    BLOCK: tl.constexpr,
+):
+    offs = tl.program_id(axis=0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n_elements
+    dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    z = tl.load(t_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    if ACTIVATION == "relu":
+        dz = tl.where(z > 0.0, dy, 0.0)
+    elif ACTIVATION == "gelu":
+        # d/dz z * Phi(z) = Phi(z) + z * phi(z)
+        cdf = 0.5 * (1.0 + tl.math.erf(z * 0.7071067811865476))
+        pdf = 0.3989422804014327 * tl.exp(-0.5 * z * z)
+        dz = dy * (cdf + z * pdf)
+    elif ACTIVATION == "gelu_tanh":
+        # 0.5 z (1 + tanh(u)) == z * s with s = sigmoid(2u), u = c (z + a z^3):
+        # derivative s + z * 2 s (1 - s) * c (1 + 3 a z^2).  No tanh (libdevice).
+        z2 = z * z
+        s = tl.sigmoid(1.5957691216057308 * (z + 0.044715 * z2 * z))
+        dz = dy * (s + 1.5957691216057308 * z * s * (1.0 - s) * (1.0 + 0.134145 * z2))
+    else:  # "silu": d/dz z * sigmoid(z) = s (1 + z (1 - s))
+        s = tl.sigmoid(z)
+        dz = dy * (s * (1.0 + z * (1.0 - s)))
+    tl.store(dz_ptr + offs, dz.to(dz_ptr.dtype.element_ty), mask=mask)
+
+
+_ACT_GRAD_BLOCK = 1024
+
+
+def _act_grad(dy: torch.Tensor, t: torch.Tensor, activation: str) -> torch.Tensor:
+    """``dY * act'(Z)`` for 2-D ``dy`` and ``t`` (Z, or Y for relu) of one shape and dtype."""
+    dy, t = dy.contiguous(), t.contiguous()  # dY may be an expanded (stride-0) tensor
+    dz = torch.empty_like(t, memory_format=torch.contiguous_format)
+    n = dz.numel()
+    if n:
+        guard = torch.cuda.device(dz.device) if dz.is_cuda else contextlib.nullcontext()
+        with guard:
+            grid = (triton.cdiv(n, _ACT_GRAD_BLOCK),)
+            act_grad_kernel[grid](
+                dy, t, dz, n, ACTIVATION=activation, BLOCK=_ACT_GRAD_BLOCK, num_warps=4
+            )
+    return dz
+
+
+class LinearActFunction(torch.autograd.Function):
+    """Autograd for :func:`linear_act`; see the module docstring for the design."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, activation, impl):
+        # Autograd runs forward with grad off already; no_grad makes sure linear_act
+        # takes its no-grad path (checks, cached launch) rather than coming back here.
+        with torch.no_grad():
+            y = linear_act(x, weight, bias, activation, impl=impl)
+        ctx.activation, ctx.impl = activation, impl
+        ctx.save_for_backward(x, weight, bias, y if activation == "relu" else None)
+        return y
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dy):
+        x, weight, bias, y = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        n_out, k = weight.shape
+        x2 = x.reshape(-1, k)
+        dz = dy.reshape(-1, n_out)
+        if ctx.activation == "relu":
+            dz = _act_grad(dz, y.reshape(-1, n_out), "relu")
+        elif ctx.activation != "none":
+            z = fused_matmul(x2, weight.t(), bias, "none", impl=ctx.impl, op=_OP)
+            dz = _act_grad(dz, z, ctx.activation)
+        dx = fused_matmul(dz, weight, op=_OP).reshape(x.shape) if need_x else None
+        dw = matmul(dz.t(), x2) if need_w else None
+        db = dz.sum(0, dtype=torch.float32).to(bias.dtype) if need_b else None
+        return dx, dw, db, None, None
+
+
+# --------------------------------------------------------------------------- public API
 
 
 def linear_act(
@@ -66,10 +178,19 @@ def linear_act(
     impl
         ``"auto"``, ``"tma"`` or ``"pointer"``; see :func:`tilebook.ops.matmul.fused_matmul`.
 
+    Differentiable with respect to ``x``, ``weight`` and ``bias`` (the backward
+    recomputes the pre-activation with one extra GEMM; see the module docstring).
+
     Examples
     --------
     >>> y = tilebook.linear_act(x, layer.weight, layer.bias, "gelu")   # doctest: +SKIP
     """
+    if _grad_enabled() and (
+        getattr(x, "requires_grad", False)
+        or getattr(weight, "requires_grad", False)
+        or getattr(bias, "requires_grad", False)
+    ):
+        return LinearActFunction.apply(x, weight, bias, activation, impl)
     # A call like one seen before (same shapes, strides, dtypes, devices, alignment,
     # activation) launches straight away: it passed every check below then.
     key = _call_key(_OP, x, weight, bias, activation, impl)

@@ -34,6 +34,7 @@ import triton
 import triton.language as tl
 
 from .. import runtime
+from .._launch import direct_launch_enabled
 from ..validation import check_tensor
 
 try:  # host-side descriptors arrived in Triton 3.4; older versions use the pointer kernel
@@ -504,7 +505,7 @@ def _first_launch(jit_fn, grid0, args, options):
     """Launch through the JIT, and return a launcher for later calls of the same kind."""
     compiled = jit_fn[(grid0,)](*args, **options)
     jit_launch = _jit_launcher(jit_fn, options)
-    if runtime.is_interpreter():
+    if not direct_launch_enabled():  # the interpreter, or a Triton not verified for it
         return jit_launch
     direct = _direct_launcher(jit_fn, compiled)
     if direct is None:
