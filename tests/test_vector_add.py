@@ -140,3 +140,46 @@ def test_sm90_compile_is_vectorised():
     assert k.count(r"LDG\.E\.128") > 0, "expected 16-byte global loads"
     assert k.spill_stores_bytes == 0
     assert "tt.func" in k.stages["ttir"] and "ttg." in k.stages["ttgir"]
+
+
+def test_gradients_flow_to_both_inputs(device):
+    x = torch.randn(1000, device=device, requires_grad=True)
+    y = torch.randn(1000, device=device, requires_grad=True)
+    g = torch.randn(1000, device=device)
+    out = tilebook.vector_add(x, y)
+    out.backward(g)
+    assert torch.equal(x.grad, g)
+    assert torch.equal(y.grad, g)
+    with pytest.raises(RuntimeError, match="out= cannot be used"):
+        tilebook.vector_add(x, y, out=torch.empty(1000, device=device))
+
+
+def test_usable_inside_torch_compile(device):
+    """Every op works inside a compiled function, gradients included (aot_eager on CPU)."""
+    torch._dynamo.reset()
+    x = torch.randn(4, 32, device=device, requires_grad=True)
+    w = torch.randn(32, device=device, requires_grad=True)
+    lin = torch.randn(24, 32, device=device)
+    b = torch.randn(24, device=device)
+
+    def block(x, w):
+        h = tilebook.rms_norm(x, w)
+        h = tilebook.linear_act(h, lin, b, "gelu")
+        h = tilebook.vector_add(h, h)
+        return tilebook.softmax(h, -1)
+
+    backend = "inductor" if tilebook.is_gpu() else "aot_eager"
+    tol = 3e-3 if tilebook.is_gpu() else 1e-4  # float32 matrix products run as TF32 on a GPU
+    out = torch.compile(block, backend=backend)(x, w)
+    h = torch.nn.functional.rms_norm(x.double(), (32,), w.double(), 1e-6)
+    h = torch.nn.functional.gelu(torch.nn.functional.linear(h, lin.double(), b.double()))
+    ref = torch.softmax(2 * h, -1)
+    assert ((out.double() - ref).norm() / ref.norm()).item() < tol
+    out.pow(2).sum().backward()
+    gx, gw = torch.autograd.grad(ref.pow(2).sum(), (x, w))
+    assert ((x.grad.double() - gx).norm() / gx.norm()).item() < tol
+    assert ((w.grad.double() - gw).norm() / gw.norm()).item() < tol
+    m = torch.compile(lambda a, c: tilebook.matmul(a, c) * 2, backend=backend)
+    a, c = torch.randn(5, 16, device=device), torch.randn(16, 7, device=device)
+    ref_m = 2 * a.double() @ c.double()
+    assert ((m(a, c).double() - ref_m).norm() / ref_m.norm()).item() < tol

@@ -149,6 +149,7 @@ class LinearActFunction(torch.autograd.Function):
 # --------------------------------------------------------------------------- public API
 
 
+@torch.compiler.disable  # opaque to torch.compile: see tilebook.ops docstring
 def linear_act(
     x: torch.Tensor,
     weight: torch.Tensor,

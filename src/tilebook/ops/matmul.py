@@ -840,6 +840,7 @@ def _run(a, b, bias, activation, impl, op) -> tuple[torch.Tensor, _Runner | bool
     return c, (launched if contiguous_bias is bias else None)
 
 
+@torch.compiler.disable  # opaque to torch.compile: see tilebook.ops docstring
 def fused_matmul(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -901,6 +902,7 @@ def _check_operands(a, b, bias, activation, impl, op) -> None:
         raise ValueError(f"{op}: impl must be 'auto', 'tma' or 'pointer', got {impl!r}")
 
 
+@torch.compiler.disable  # opaque to torch.compile: see tilebook.ops docstring
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Return ``a @ b`` for 2-D ``a`` (M, K) and ``b`` (K, N), computed by a Triton kernel.
 

@@ -585,6 +585,7 @@ def _check_eps(eps: object) -> float:
     return eps
 
 
+@torch.compiler.disable  # opaque to torch.compile: see tilebook.ops docstring
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """Root-mean-square normalisation over the last dimension, with a learned scale.
 

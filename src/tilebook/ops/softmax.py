@@ -446,6 +446,7 @@ def _normalize_dim(dim: object, ndim: int) -> int:
     return dim % rank
 
 
+@torch.compiler.disable  # opaque to torch.compile: see tilebook.ops docstring
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Return ``torch.softmax(x, dim)`` computed by Triton kernels, with autograd.
 

@@ -13,7 +13,7 @@ import triton.language as tl
 
 from ..validation import check_same_shape, check_tensor
 
-__all__ = ["DEFAULT_CONFIG", "add_kernel", "vector_add"]
+__all__ = ["DEFAULT_CONFIG", "VectorAddFunction", "add_kernel", "vector_add"]
 
 # Measured on an H100 with the sweep in lesson 07 (see the committed record):
 # 16-byte loads per thread and enough bytes in flight per SM to cover HBM latency.
@@ -72,6 +72,20 @@ def launch_add(
     return out
 
 
+class VectorAddFunction(torch.autograd.Function):
+    """d(x + y)/dx = d(x + y)/dy = 1: the gradient passes through to both inputs."""
+
+    @staticmethod
+    def forward(ctx, x, y, block_size, num_warps):
+        out = torch.empty_like(x, memory_format=torch.contiguous_format)
+        return launch_add(x, y, out, block_size=block_size, num_warps=num_warps)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, grad, None, None
+
+
+@torch.compiler.disable  # opaque to torch.compile: see tilebook.ops docstring
 def vector_add(
     x: torch.Tensor,
     y: torch.Tensor,
@@ -94,6 +108,9 @@ def vector_add(
     block_size, num_warps
         Override the tuned launch configuration (lesson 07 sweeps these).
 
+    Differentiable: gradients flow to ``x`` and ``y`` (not through ``out=``, which,
+    as in PyTorch, cannot be used when an input requires grad).
+
     Examples
     --------
     >>> z = tilebook.vector_add(x, y)   # doctest: +SKIP
@@ -103,6 +120,10 @@ def vector_add(
     check_same_shape(x, y, ("x", "y"), "vector_add")
     x = x.contiguous()
     y = y.contiguous()
+    if torch.is_grad_enabled() and (x.requires_grad or y.requires_grad):
+        if out is not None:
+            raise RuntimeError("vector_add: out= cannot be used when an input requires grad")
+        return VectorAddFunction.apply(x, y, block_size, num_warps)
     if out is None:
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
     else:
