@@ -26,7 +26,7 @@ import triton
 
 from . import runtime
 
-__all__ = ["DIRECT_VERSIONS", "direct_launch_enabled", "launch"]
+__all__ = ["DIRECT_VERSIONS", "direct_launch_enabled", "direct_launcher", "launch"]
 
 #: Triton releases whose compiled-kernel launcher this module was checked against
 #: on a GPU (H100, 2026-11-22).  Others take the ordinary JIT launch.
@@ -60,7 +60,7 @@ def _hooks_idle(hook) -> bool:
     return hook is None or not getattr(hook, "calls", True)
 
 
-def _direct(jit_fn, compiled):
+def direct_launcher(jit_fn, compiled):
     """``go(grid, args) -> bool`` calling ``compiled``'s launcher, or None if this
     Triton's objects do not look as expected."""
     try:
@@ -142,7 +142,7 @@ def launch(jit_fn, grid: tuple[int, ...], *args: Any, **meta: Any) -> None:
     elif go is None:
         compiled = jit_fn[grid](*args, **meta)
         if len(_CACHE) < _CACHE_LIMIT:
-            direct = _direct(jit_fn, compiled)
+            direct = direct_launcher(jit_fn, compiled)
             _CACHE[key] = direct if direct is not None and _bound(jit_fn, args, meta) else False
         return
     jit_fn[grid](*args, **meta)

@@ -34,7 +34,7 @@ import triton
 import triton.language as tl
 
 from .. import runtime
-from .._launch import direct_launch_enabled
+from .._launch import direct_launch_enabled, direct_launcher
 from ..validation import check_tensor
 
 try:  # host-side descriptors arrived in Triton 3.4; older versions use the pointer kernel
@@ -441,53 +441,20 @@ _new_object = object.__new__
 _make_descriptor = _descriptor_maker()
 
 
-def _hooks_idle(hook) -> bool:
-    # Triton >= 3.5 keeps launch hooks in a HookChain (empty: nothing to call); older
-    # versions hold None or one function.
-    return hook is None or not getattr(hook, "calls", True)
-
-
 def _direct_launcher(jit_fn, compiled):
     """``launch(grid0, args) -> bool`` that starts ``compiled`` (what ``jit_fn[grid](...)``
-    returned) the way the end of ``JITFunction.run`` does, without re-binding and
-    re-specialising the arguments; None where this Triton's objects look different.
+    returned) without re-binding and re-specialising the arguments (the shared
+    :mod:`tilebook._launch` mechanism); None where this Triton's objects look different.
 
     Only valid for arguments that specialise as the first ones did: the caller keys
     runners on everything Triton specialises on (values of the integers, alignment
     of the pointers, descriptor blocks).  Returns False, launching nothing, when the
     current device changed or a pre-run hook was added: the caller takes the JIT.
     """
-    try:
-        if hasattr(compiled, "result"):  # a future, where compilation is asynchronous
-            compiled = compiled.result()
-        launcher = compiled.run  # initialises the module and function handles
-        function, packed = compiled.function, compiled.packed_metadata
-        from triton import knobs as all_knobs
-        from triton.runtime import driver
-
-        active = driver.active
-        get_device, get_stream = active.get_current_device, active.get_current_stream
-        knobs = all_knobs.runtime
-        pre_run_hooks = jit_fn.pre_run_hooks
-        device = get_device()
-    except Exception:  # noqa: BLE001  (another Triton: keep to the JIT)
+    go = direct_launcher(jit_fn, compiled)
+    if go is None:
         return None
-    if function is None or not callable(launcher) or not isinstance(pre_run_hooks, list):
-        return None
-
-    def launch(grid0, args) -> bool:
-        if pre_run_hooks or get_device() != device:
-            return False
-        stream = get_stream(device)
-        enter, leave = knobs.launch_enter_hook, knobs.launch_exit_hook
-        if _hooks_idle(enter) and _hooks_idle(leave):
-            launcher(grid0, 1, 1, stream, function, packed, None, None, None, *args)
-        else:  # a profiler is listening: give it what JITFunction.run gives it
-            meta = compiled.launch_metadata((grid0, 1, 1), stream, *args)
-            launcher(grid0, 1, 1, stream, function, packed, meta, enter, leave, *args)
-        return True
-
-    return launch
+    return lambda grid0, args: go((grid0,), args)
 
 
 def _jit_launcher(jit_fn, options):
