@@ -57,3 +57,30 @@ def test_repeat_calls_take_the_direct_path_and_stay_right():
         assert ((s.double() - rs).norm() / rs.norm()).item() < 1.6e-2
     direct = [v for v in _launch._CACHE.values() if v]
     assert len(direct) >= 3, "rms_norm fwd/bwd and softmax should launch directly"
+
+
+@pytest.mark.gpu
+def test_matmul_in_a_fresh_thread():
+    """A new thread has no current CUDA context; TMA descriptors need one (seen in the
+    autograd engine's backward thread)."""
+    import threading
+
+    a = torch.randn(384, 512, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(512, 256, device="cuda", dtype=torch.bfloat16)
+    out: list = []
+    errors: list = []
+
+    def work():
+        try:
+            out.append(tilebook.matmul(a, b))
+            out.append(tilebook.matmul(a, b))  # the cached runner, same thread
+        except Exception as exc:  # noqa: BLE001  (reported by the assertion below)
+            errors.append(exc)
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert not errors, errors
+    ref = a.double() @ b.double()
+    for o in out:
+        assert ((o.double() - ref).norm() / ref.norm()).item() < 1.6e-2

@@ -18,6 +18,7 @@ under the interpreter; everywhere else :func:`launch` is ``kernel[grid](...)``.
 
 from __future__ import annotations
 
+import threading
 import warnings
 from typing import Any
 
@@ -26,7 +27,13 @@ import triton
 
 from . import runtime
 
-__all__ = ["DIRECT_VERSIONS", "direct_launch_enabled", "direct_launcher", "launch"]
+__all__ = [
+    "DIRECT_VERSIONS",
+    "direct_launch_enabled",
+    "direct_launcher",
+    "ensure_cuda_context",
+    "launch",
+]
 
 #: Triton releases whose compiled-kernel launcher this module was checked against
 #: on a GPU (H100, 2026-11-22).  Others take the ordinary JIT launch.
@@ -34,6 +41,27 @@ DIRECT_VERSIONS = ("3.6.",)
 
 _CACHE: dict[tuple, Any] = {}
 _CACHE_LIMIT = 4096
+
+
+_THREAD = threading.local()
+
+
+def ensure_cuda_context(device: torch.device) -> None:
+    """Bind the device's primary CUDA context to the calling thread, once per thread.
+
+    Building a TMA descriptor (``cuTensorMapEncodeTiled``) needs a current context,
+    and a thread that has run no CUDA work yet has none: PyTorch runs backward
+    passes in its own threads, where a matrix product can be the first CUDA call
+    ("Failed to create tensor map descriptor: invalid device context").  Any CUDA
+    runtime call binds the primary context; a stream query is the cheapest.
+    """
+    done = getattr(_THREAD, "devices", None)
+    if done is None:
+        done = _THREAD.devices = set()
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in done:
+        torch.cuda.current_stream(index).query()
+        done.add(index)
 
 
 def direct_launch_enabled() -> bool:

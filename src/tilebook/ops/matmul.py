@@ -34,7 +34,7 @@ import triton
 import triton.language as tl
 
 from .. import runtime
-from .._launch import direct_launch_enabled, direct_launcher
+from .._launch import direct_launch_enabled, direct_launcher, ensure_cuda_context
 from ..validation import check_tensor
 
 try:  # host-side descriptors arrived in Triton 3.4; older versions use the pointer kernel
@@ -539,12 +539,16 @@ class _Runner:
     def __call__(self, a, b, c, bias) -> bool:
         if c.data_ptr() & 15:  # the output's alignment is part of the specialisation
             return False
+        if c.is_cuda:
+            ensure_cuda_context(c.device)
         return self.launch(self.grid0, self.args(a, b, c, bias))
 
 
 def _launch_tma(a, b, c, bias, activation):
     """Run the Hopper kernel if the operands allow it.  Returns None (not launched: use
     the pointer kernel), True (launched by the autotuner) or a :class:`_Runner`."""
+    if c.is_cuda:
+        ensure_cuda_context(c.device)
     a_t, b_t = _tma_layout(a), _tma_layout(b)
     if a_t is None or b_t is None or _tma_layout(c) is not False:
         return None
