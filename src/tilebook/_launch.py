@@ -55,10 +55,13 @@ def ensure_cuda_context(device: torch.device) -> None:
     ("Failed to create tensor map descriptor: invalid device context").  Any CUDA
     runtime call binds the primary context; a stream query is the cheapest.
     """
+    _ensure_index(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def _ensure_index(index: int) -> None:
     done = getattr(_THREAD, "devices", None)
     if done is None:
         done = _THREAD.devices = set()
-    index = device.index if device.index is not None else torch.cuda.current_device()
     if index not in done:
         torch.cuda.current_stream(index).query()
         done.add(index)
@@ -113,6 +116,7 @@ def direct_launcher(jit_fn, compiled):
         if pre_run_hooks or get_device() != device:
             return False
         g0, g1, g2 = (*grid, 1, 1)[:3]
+        _ensure_index(device)  # a new thread (autograd's backward) may have no context yet
         stream = get_stream(device)
         enter, leave = knobs.launch_enter_hook, knobs.launch_exit_hook
         if _hooks_idle(enter) and _hooks_idle(leave):
