@@ -13,7 +13,7 @@ import torch
 
 from . import runtime
 
-__all__ = ["FLOAT_DTYPES", "check_same_shape", "check_tensor"]
+__all__ = ["FLOAT_DTYPES", "check_same_dtype_device", "check_same_shape", "check_tensor"]
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -70,6 +70,14 @@ def check_same_shape(a: torch.Tensor, b: torch.Tensor, names: tuple[str, str], o
             f"{op}: {na} and {nb} must have the same shape, got {tuple(a.shape)} and "
             f"{tuple(b.shape)} (tilebook does not broadcast)"
         )
+    check_same_dtype_device(a, b, names, op)
+
+
+def check_same_dtype_device(
+    a: torch.Tensor, b: torch.Tensor, names: tuple[str, str], op: str
+) -> None:
+    """Check two tensors share a dtype (TypeError) and a device (ValueError)."""
+    na, nb = names
     if a.dtype != b.dtype:
         raise TypeError(
             f"{op}: {na} and {nb} must have the same dtype, got "

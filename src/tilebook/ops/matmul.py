@@ -35,7 +35,7 @@ import triton.language as tl
 
 from .. import runtime
 from .._launch import direct_launch_enabled, direct_launcher, ensure_cuda_context
-from ..validation import check_tensor
+from ..validation import check_same_dtype_device, check_tensor
 
 try:  # host-side descriptors arrived in Triton 3.4; older versions use the pointer kernel
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -712,16 +712,7 @@ def _check_activation(activation: object, op: str) -> str:
     return activation
 
 
-def _check_pair(a: torch.Tensor, b: torch.Tensor, names: tuple[str, str], op: str) -> None:
-    if a.dtype != b.dtype:
-        raise TypeError(
-            f"{op}: {names[0]} and {names[1]} must have the same dtype, got "
-            f"{str(a.dtype).removeprefix('torch.')} and {str(b.dtype).removeprefix('torch.')}"
-        )
-    if a.device != b.device:
-        raise ValueError(
-            f"{op}: {names[0]} and {names[1]} are on different devices ({a.device}, {b.device})"
-        )
+_check_pair = check_same_dtype_device
 
 
 # Calls seen before: a key holding everything the input checks read (types, shapes,
