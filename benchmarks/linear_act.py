@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 import tilebook
-from tilebook.bench import measure
+from tilebook.bench import measure_interleaved
 from tilebook.ops.linear_act import linear_act
 
 DTYPE = torch.bfloat16
@@ -76,17 +76,21 @@ def _bench_shape(m: int, n: int, k: int, act: str) -> list[dict]:
     check(f"unfused {act} {shape}", act_fn(F.linear(x, w, b)), ref)
     del ref
     flops = 2 * m * n * k
-    return [
-        _row(
-            shape,
-            act,
-            "tilebook",
-            measure(lambda: linear_act(x, w, b, act), flops=flops),
-            rel_err=err,
-        ),
-        _row(shape, act, "unfused", measure(lambda: act_fn(F.linear(x, w, b)), flops=flops)),
-        _row(shape, act, "F.linear", measure(lambda: F.linear(x, w, b), flops=flops)),
-    ]
+    # Interleaved rounds: the three are within a few percent of one another, about
+    # as much as the GPU's clocks drift over a run.
+    timed = measure_interleaved(
+        {
+            "tilebook": lambda: linear_act(x, w, b, act),
+            "unfused": lambda: act_fn(F.linear(x, w, b)),
+            "F.linear": lambda: F.linear(x, w, b),
+        },
+        flops=flops,
+    )
+    rows = []
+    for impl, m_ in timed.items():
+        extra = {"rel_err": err} if impl == "tilebook" else {}
+        rows.append(_row(shape, act, impl, m_, **extra))
+    return rows
 
 
 def run(quick: bool = False) -> list[dict]:

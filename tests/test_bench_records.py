@@ -79,6 +79,8 @@ def test_cpu_mode_never_measures():
     assert rec.provenance["mode"] == "gpu" and rec.provenance["gpu"].startswith("NVIDIA")
     with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
         bench.measure(lambda: None)
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+        bench.measure_interleaved({"a": lambda: None})
     assert bench.record_or_measure("no_such_benchmark", "t", lambda: calls.append(1) or []) is None
     assert calls == []
 
@@ -121,3 +123,25 @@ def test_measurement_rates():
     assert m.gbps == pytest.approx(3000.0)
     assert m.tflops == pytest.approx(2000.0)
     assert set(m.as_row()) >= {"median_ms", "p20_ms", "p80_ms", "gbps", "tflops"}
+
+
+@pytest.mark.gpu
+def test_measure_interleaved_orders_and_spreads():
+    import torch
+
+    small = torch.empty(1 << 20, device="cuda")
+    big = torch.empty(1 << 27, device="cuda")  # 128x the bytes: clearly slower
+    got = bench.measure_interleaved(
+        {"small": small.zero_, "big": big.zero_},
+        rounds=3,
+        bytes_moved={"small": small.numel() * 4, "big": big.numel() * 4},
+        warmup=5,
+        rep=20,
+    )
+    assert list(got) == ["small", "big"]
+    for m in got.values():
+        assert 0 < m.p20_ms <= m.median_ms <= m.p80_ms
+    assert got["big"].median_ms > 10 * got["small"].median_ms
+    assert got["big"].gbps > 100  # a 512 MB fill: hundreds of GB/s on any datacenter GPU
+    with pytest.raises(ValueError, match="rounds"):
+        bench.measure_interleaved({"a": small.zero_}, rounds=0)

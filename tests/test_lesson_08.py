@@ -201,7 +201,7 @@ def _gpu_warps() -> int:
 def test_lesson_kernel_fits_an_h100(lesson, dtype, triton_type):
     """Ahead-of-time compile at the lesson's GPU launch (GELU, the largest epilogue):
     shared memory within an H100's limit (four 16-bit stages, three float32 ones) and
-    no register spills (4 warps would spill)."""
+    no register spills."""
     bm, bn, bk = _gpu_blocks()
     stages = lesson.num_stages(torch.bfloat16 if dtype == "bf16" else torch.float32)
     ptrs = {p: f"*{triton_type}" for p in ("x_ptr", "w_ptr", "bias_ptr", "y_ptr")}
@@ -275,9 +275,5 @@ def test_recorded_pass_costs_time_at_small_k():
     """Where the matmul is short, the unfused pass must show: the widget flags it."""
     rows = _record("lesson08_fusion")["rows"]
     k = min(r["K"] for r in rows)
-    by = {
-        r["impl"]: r["median_ms"]
-        for r in rows
-        if r["K"] == k and r["activation"] == "relu"
-    }
+    by = {r["impl"]: r["median_ms"] for r in rows if r["K"] == k and r["activation"] == "relu"}
     assert by["unfused, Triton pass"] > 1.1 * by["fused"], by

@@ -35,6 +35,7 @@ __all__ = [
     "copy_bandwidth",
     "load_record",
     "measure",
+    "measure_interleaved",
     "provenance",
     "record_or_measure",
     "save_record",
@@ -113,6 +114,49 @@ def measure(
 
     med, p20, p80 = do_bench(fn, warmup=warmup, rep=rep, quantiles=[0.5, 0.2, 0.8])
     return Measurement(float(med), float(p20), float(p80), bytes_moved, flops)
+
+
+def measure_interleaved(
+    fns: dict[str, Callable[[], Any]],
+    *,
+    rounds: int = 5,
+    bytes_moved: int | dict[str, int] | None = None,
+    flops: int | dict[str, int] | None = None,
+    warmup: float = 25,
+    rep: float = 100,
+) -> dict[str, Measurement]:
+    """Time several functions in turn, ``rounds`` times over: A B C, A B C, ...
+
+    A GPU's clocks follow its power and temperature, which drift over a run by a few
+    percent: more than the gap between two implementations that are close.  Timed
+    in one block each, the second can look faster or slower for that alone;
+    interleaved, each round compares them under the same conditions.  Each
+    function's ``median_ms`` is the median of its per-round medians, and ``p20_ms``
+    / ``p80_ms`` the 20th and 80th percentiles of those, so they show the drift.
+    ``bytes_moved`` and ``flops`` are one number for all or a dict by name.
+    """
+    _require_gpu("measure_interleaved()")
+    if not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be a positive int, got {rounds!r}")
+    if not fns:
+        raise ValueError("measure_interleaved() needs at least one function")
+
+    def pick(value, name):
+        return value.get(name) if isinstance(value, dict) else value
+
+    per_round: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            per_round[name].append(measure(fn, warmup=warmup, rep=rep).median_ms)
+    out = {}
+    for name, times in per_round.items():
+        q = torch.quantile(
+            torch.tensor(times, dtype=torch.float64),
+            torch.tensor([0.5, 0.2, 0.8], dtype=torch.float64),
+        )
+        med, p20, p80 = (float(v) for v in q)
+        out[name] = Measurement(med, p20, p80, pick(bytes_moved, name), pick(flops, name))
+    return out
 
 
 _COPY_CACHE: dict[int, Measurement] = {}

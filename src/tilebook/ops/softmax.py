@@ -273,9 +273,9 @@ _C = SoftmaxConfig
 # second walk of the online ones.  Backward holds two rows (y and dy), so at 32768 a
 # single pass would spill: it walks the row in chunks instead.
 _FWD_TABLE: dict[int, SoftmaxConfig] = {
-    256: _C(64, 256, 16),
-    512: _C(16, 512, 4),
-    1024: _C(8, 1024, 8),
+    256: _C(16, 256, 16),
+    512: _C(16, 512, 16),
+    1024: _C(8, 1024, 16),
     2048: _C(4, 2048, 8),
     4096: _C(2, 4096, 16),
     8192: _C(1, 8192, 16),
