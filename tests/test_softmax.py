@@ -316,3 +316,29 @@ def test_kernels_compile_for_sm90():
         assert ".v4.b32" in ptx, f"{name}: no 16-byte global loads"
         assert not k.spill_stores_bytes, k.ptxas_log
         assert not k.spill_loads_bytes, k.ptxas_log
+
+
+def test_repeat_calls_agree_with_the_first(device):
+    # On a GPU (Triton 3.6) the second call of a kind takes the remembered launch;
+    # elsewhere nothing is remembered.  Either way every call must be right.
+    from tilebook import _launch
+
+    sm._FAST.clear()
+    x = torch.randn(48, 1000, device=device, dtype=torch.float16)
+    torch.testing.assert_close(sm.softmax(x).float(), torch.softmax(x.float(), -1), atol=2e-3, rtol=0)
+    remembered = 1 if _launch.direct_launch_enabled() else 0
+    assert len(sm._FAST) == remembered
+    for _ in range(2):
+        x2 = torch.randn_like(x) * 3
+        y2 = sm.softmax(x2)
+        assert y2.shape == x2.shape and y2.dtype == x2.dtype
+        torch.testing.assert_close(y2.float(), torch.softmax(x2.float(), -1), atol=2e-3, rtol=0)
+    # A tensor that needs autograd still gets a graph; bad dims still raise.
+    x3 = x2.clone().requires_grad_()
+    assert sm.softmax(x3).grad_fn is not None
+    with pytest.raises(TypeError):
+        sm.softmax(x2, True)
+    # Same shape, other strides (a transposed view): not the remembered launch.
+    xt = torch.randn(1000, 48, device=device, dtype=torch.float16).t()
+    torch.testing.assert_close(sm.softmax(xt).float(), torch.softmax(xt.float(), -1), atol=2e-3, rtol=0)
+    assert len(sm._FAST) == remembered

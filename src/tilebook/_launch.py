@@ -33,6 +33,7 @@ __all__ = [
     "direct_launcher",
     "ensure_cuda_context",
     "launch",
+    "launcher_for",
 ]
 
 #: Triton releases whose compiled-kernel launcher this module was checked against
@@ -178,3 +179,24 @@ def launch(jit_fn, grid: tuple[int, ...], *args: Any, **meta: Any) -> None:
             _CACHE[key] = direct if direct is not None and _bound(jit_fn, args, meta) else False
         return
     jit_fn[grid](*args, **meta)
+
+
+def launcher_for(jit_fn, args: tuple, meta: dict):
+    """For a call that :func:`launch` has already made with arguments like these:
+    ``(go, tail)``, where ``go(grid, (*args, *tail)) -> bool`` launches again with new
+    arguments of the same specialisation (``tail`` holds the constexprs); else None.
+
+    It lets a caller that has checked its own inputs skip even :func:`launch`'s key
+    (``go`` returns False, launching nothing, when the current device changed or a
+    pre-run hook was added: then take the ordinary path).
+    """
+    if not direct_launch_enabled():
+        return None
+    specs = tuple(_spec(a) for a in args)
+    if None in specs:
+        return None
+    go = _CACHE.get((id(jit_fn), specs, tuple(sorted(meta.items()))))
+    bound = _bound(jit_fn, args, meta)
+    if not go or bound is None:
+        return None
+    return go, bound[len(args) :]

@@ -44,7 +44,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._launch import launch
+from .._launch import launch, launcher_for
 from ..validation import check_tensor
 
 __all__ = [
@@ -431,34 +431,35 @@ def launch_rms_norm_fwd(
     rstd = torch.empty((n_rows,), dtype=torch.float32, device=x.device)
     if x.numel() == 0:
         return y, rstd
+    kernel, grid, meta = _fwd_plan(x, rows_per_program, num_warps, chunked, chunk, programs_per_sm)
+    launch(
+        kernel, grid,
+        x, weight, y, rstd, n_rows, n_cols, x.stride(0), y.stride(0), eps, **meta,
+    )  # fmt: skip
+    return y, rstd
+
+
+def _fwd_plan(x, rows_per_program=None, num_warps=None, chunked=None, chunk=None, per_sm=None):
+    """(kernel, grid, constexprs and options) of the forward launch for a 2-D ``x``."""
+    n_rows, n_cols = x.shape
     if chunked is None:
         chunked = n_cols > FWD_CHUNKED_THRESHOLD
     if chunked:
         if rows_per_program is not None:
             raise ValueError("rms_norm: the chunked forward takes one row at a time")
-        block_n, warps, per_sm = _fwd_chunked_config(n_cols)
+        block_n, warps, default_per_sm = _fwd_chunked_config(n_cols)
         block_n = chunk or block_n
         warps = num_warps or warps
         _check_config(1, warps)
         _check_chunk(block_n)
-        n_progs = _grid_size(x, n_rows, programs_per_sm or per_sm)
-        launch(
-            rms_norm_fwd_chunked_kernel, (n_progs,),
-            x, weight, y, rstd, n_rows, n_cols, x.stride(0), y.stride(0), eps,
-            BLOCK_N=block_n, num_warps=warps,
-        )  # fmt: skip
-        return y, rstd
+        n_progs = _grid_size(x, n_rows, per_sm or default_per_sm)
+        return rms_norm_fwd_chunked_kernel, (n_progs,), {"BLOCK_N": block_n, "num_warps": warps}
     block_n, rows, warps = _fwd_config(n_cols)
     rows = rows_per_program or rows
     warps = num_warps or warps
     _check_config(rows, warps)
     grid = (triton.cdiv(n_rows, rows),)
-    launch(
-        rms_norm_fwd_kernel, grid,
-        x, weight, y, rstd, n_rows, n_cols, x.stride(0), y.stride(0), eps,
-        BLOCK_N=block_n, ROWS=rows, num_warps=warps,
-    )  # fmt: skip
-    return y, rstd
+    return rms_norm_fwd_kernel, grid, {"BLOCK_N": block_n, "ROWS": rows, "num_warps": warps}
 
 
 def launch_rms_norm_bwd(
@@ -576,6 +577,54 @@ class RMSNormFunction(torch.autograd.Function):
         return dx, dw, None
 
 
+# Repeat calls.  A 16384 x 4096 bf16 forward takes about 90 us on an H100, not much
+# more than the Python of the checks, autograd.Function and launch key around it.
+# So a call that needs no autograd, on contiguous tensors, keeps what its launch
+# needs under the key of its shapes, strides, dtypes, device and alignment; the next
+# call with the same key only allocates the outputs and launches (eps is a runtime
+# argument of the kernels, so it may differ).
+_FAST: dict[tuple, object] = {}
+_FAST_LIMIT = 1024
+_grad_enabled = torch.is_grad_enabled
+
+
+def _fast_key(x: torch.Tensor, weight: torch.Tensor) -> tuple:
+    # FWD_CHUNKED_THRESHOLD is in it: tests change it to reach the chunked kernel.
+    return (
+        x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16 == 0,
+        weight.shape, weight.stride(), weight.dtype, weight.device,
+        weight.data_ptr() % 16 == 0, FWD_CHUNKED_THRESHOLD,
+    )  # fmt: skip
+
+
+def _remember_fast(key: tuple, x: torch.Tensor, weight: torch.Tensor) -> None:
+    n_cols = x.shape[-1]
+    if len(_FAST) >= _FAST_LIMIT or x.numel() == 0 or not x.is_contiguous():
+        return
+    if not weight.is_contiguous() or x.data_ptr() % 16 or weight.data_ptr() % 16:
+        return
+    x2 = x.view(-1, n_cols)
+    n_rows = x2.shape[0]
+    kernel, grid, meta = _fwd_plan(x2)
+    rstd_like = torch.empty(1, dtype=torch.float32, device=x.device)  # for its dtype only
+    args = (x2, weight, x2, rstd_like, n_rows, n_cols, n_cols, n_cols, 1e-6)
+    found = launcher_for(kernel, args, meta)
+    if found is None:
+        return
+    go, tail = found
+    shape = x.shape
+
+    def run(t: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor | None:
+        y = torch.empty(shape, dtype=t.dtype, device=t.device)
+        rstd = torch.empty((n_rows,), dtype=torch.float32, device=t.device)
+        if y.data_ptr() % 16 or rstd.data_ptr() % 16:
+            return None
+        ok = go(grid, (t, w, y, rstd, n_rows, n_cols, n_cols, n_cols, eps, *tail))
+        return y if ok else None
+
+    _FAST[key] = run
+
+
 def _check_eps(eps: object) -> float:
     if isinstance(eps, bool) or not isinstance(eps, (float, int)):
         raise TypeError(f"rms_norm: eps must be a float, got {type(eps).__name__}")
@@ -609,6 +658,17 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     --------
     >>> y = tilebook.rms_norm(x, weight, eps=1e-6)   # doctest: +SKIP
     """
+    if (
+        type(x) is torch.Tensor
+        and type(weight) is torch.Tensor
+        and type(eps) is float
+        and not ((x.requires_grad or weight.requires_grad) and _grad_enabled())
+    ):
+        run = _FAST.get(_fast_key(x, weight))
+        if run is not None and eps > 0 and math.isfinite(eps):
+            y = run(x, weight, eps)
+            if y is not None:
+                return y
     check_tensor(x, "x", "rms_norm", min_ndim=1)
     check_tensor(weight, "weight", "rms_norm", ndim=1)
     eps = _check_eps(eps)
@@ -637,5 +697,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
             f"{MAX_HIDDEN}"
         )
     # The kernels read weight with unit stride.
+    key = _fast_key(x, weight)
     weight = weight.contiguous()
-    return RMSNormFunction.apply(x, weight, eps)
+    y = RMSNormFunction.apply(x, weight, eps)
+    if not (x.requires_grad or weight.requires_grad) and x.is_cuda:
+        _remember_fast(key, x, weight)
+    return y

@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._launch import launch
+from .._launch import launch, launcher_for
 from ..validation import check_tensor
 
 __all__ = [
@@ -446,6 +446,50 @@ def _normalize_dim(dim: object, ndim: int) -> int:
     return dim % rank
 
 
+# Repeat calls.  A 512-column softmax over 256 MB takes 180 us on an H100, and the
+# Python above (checks, autograd.Function, config, launch key) about as long: with
+# do_bench's L2 flush in between, that host time shows in the timing.  So a call
+# that needs no autograd, on a contiguous tensor along its last dimension, keeps
+# what its kernel launch needs under the key of its shape, strides, dtype, device,
+# dim and alignment; the next call with the same key only allocates the output and
+# launches.
+_FAST: dict[tuple, object] = {}
+_FAST_LIMIT = 1024
+_grad_enabled = torch.is_grad_enabled
+
+
+def _remember_fast(x: torch.Tensor, key_dim: int, n_rows: int, n_cols: int) -> None:
+    if len(_FAST) >= _FAST_LIMIT or n_rows == 0 or n_cols == 0:
+        return
+    cfg = pick_config(n_cols)
+    kernel = softmax_fwd_online_kernel if cfg.online else softmax_fwd_kernel
+    x2 = x.view(n_rows, n_cols)
+    if x2.data_ptr() % 16:
+        return
+    # x2 stands in for y too: the key needs only dtypes, alignment and sizes.
+    args = (x2, x2, n_rows, n_cols, n_cols, n_cols)
+    found = launcher_for(kernel, args, _meta(cfg, n_rows, n_cols, x2, x2))
+    if found is None:
+        return
+    go, tail = found
+    grid = _grid(n_rows, cfg, x.device)
+    shape = x.shape
+
+    def run(t: torch.Tensor) -> torch.Tensor | None:
+        y = torch.empty(shape, dtype=t.dtype, device=t.device)
+        if y.data_ptr() % 16:  # not the specialisation compiled for: slow path
+            return None
+        return y if go(grid, (t, y, n_rows, n_cols, n_cols, n_cols, *tail)) else None
+
+    _FAST[_fast_key(x, key_dim)] = run
+
+
+def _fast_key(x: torch.Tensor, dim: int) -> tuple:
+    # The module-level knobs are in it: tests change them to reach the online kernels.
+    aligned = x.data_ptr() % 16 == 0
+    return (x.shape, x.stride(), x.dtype, x.device, dim, aligned, ONLINE_THRESHOLD, ONLINE_BLOCK)
+
+
 @torch.compiler.disable  # opaque to torch.compile: see tilebook.ops docstring
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Return ``torch.softmax(x, dim)`` computed by Triton kernels, with autograd.
@@ -465,7 +509,14 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     --------
     >>> p = tilebook.softmax(logits, dim=-1)   # doctest: +SKIP
     """
+    if type(x) is torch.Tensor and type(dim) is int and not (x.requires_grad and _grad_enabled()):
+        run = _FAST.get(_fast_key(x, dim))
+        if run is not None:
+            y = run(x)
+            if y is not None:
+                return y
     check_tensor(x, "x", "softmax")
+    key_dim = dim
     dim = _normalize_dim(dim, x.dim())
     if x.dim() == 0:
         return softmax(x.reshape(1), 0).reshape(())
@@ -473,4 +524,13 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     n_cols = moved.shape[-1]
     n_rows = math.prod(moved.shape[:-1])
     y = SoftmaxFunction.apply(moved.reshape(n_rows, n_cols))
+    if (
+        type(x) is torch.Tensor
+        and type(key_dim) is int
+        and not x.requires_grad
+        and x.is_cuda
+        and x.is_contiguous()
+        and dim == x.dim() - 1
+    ):
+        _remember_fast(x, key_dim, n_rows, n_cols)
     return y.reshape(moved.shape).movedim(-1, dim)
