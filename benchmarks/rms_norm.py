@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 import tilebook
 import tilebook.ops.rms_norm as op
-from tilebook.bench import copy_bandwidth, measure, provenance
+from tilebook.bench import copy_bandwidth, measure, measure_interleaved, provenance
 
 EPS = 1e-6
 DTYPE = torch.bfloat16
@@ -121,21 +121,23 @@ def bench_shape(n_rows: int, n_cols: int, impls: dict[str, Callable]) -> list[di
     w = (1 + 0.1 * torch.randn(n_cols, device="cuda")).to(DTYPE)
     dy = torch.randn_like(x)
     rows = []
-    for impl, fn in impls.items():
-        m = measure(lambda fn=fn: fn(x, w), bytes_moved=fwd_bytes)
+    # Interleaved rounds: tilebook and torch.compile run within a percent or two of
+    # each other, about as much as the GPU's clocks drift over a run.
+    fwd = {impl: (lambda fn=fn: fn(x, w)) for impl, fn in impls.items()}
+    for impl, m in measure_interleaved(fwd, bytes_moved=fwd_bytes).items():
         rows.append(_row("rms_norm_fwd", n_rows, n_cols, impl, m))
+    bwd = {}
     for impl, fn in impls.items():
         if impl == "eager":  # the naive formula's autograd is not a baseline anyone uses
             continue
         xg = x.detach().requires_grad_()
         wg = w.detach().requires_grad_()
         y = fn(xg, wg)
-        m = measure(
-            lambda y=y, xg=xg, wg=wg: torch.autograd.grad(y, (xg, wg), dy, retain_graph=True),
-            bytes_moved=bwd_bytes,
+        bwd[impl] = lambda y=y, xg=xg, wg=wg: torch.autograd.grad(
+            y, (xg, wg), dy, retain_graph=True
         )
+    for impl, m in measure_interleaved(bwd, bytes_moved=bwd_bytes).items():
         rows.append(_row("rms_norm_bwd", n_rows, n_cols, impl, m))
-        del y
     return rows
 
 

@@ -214,7 +214,7 @@ def _candidates(n: int, backward: bool) -> list[sm.SoftmaxConfig]:
     """Configurations worth timing for rows of n elements (n a power of two)."""
     out = []
     for spec in (_BWD_CANDIDATES if backward else _FWD_CANDIDATES)[n]:
-        for evict in ("", "evict_first"):
+        for evict in ("", "evict_first", "evict_last"):
             if spec[0] == "online":
                 _, chunk, warps, ctas = spec
                 out.append(sm.SoftmaxConfig(1, chunk, warps, 1, True, ctas, evict))

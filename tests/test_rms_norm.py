@@ -317,8 +317,9 @@ def test_compiles_for_sm90_without_spills(kernel, n_cols):
     ptx = k.stages["ptx"]
     assert ".target sm_90" in ptx
     assert f"rms_norm_{kernel}_kernel" in ptx
-    # 16-byte loads: the whole point of the alignment hints.
-    assert "ld.global.v4" in ptx
+    # 16-byte loads: the whole point of the alignment hints (with or without an L2
+    # policy, as in ld.global.L1::evict_last.L2::cache_hint.v4.b32).
+    assert re.search(r"\bld\.global\S*\.v4\.", ptx)
     assert k.registers is not None, k.ptxas_log
     assert k.spill_stores_bytes == 0
     assert k.spill_loads_bytes == 0
@@ -392,7 +393,7 @@ def test_repeat_calls_agree_with_the_first(device):
         assert y2.shape == x2.shape and y2.dtype == x2.dtype
         torch.testing.assert_close(y2.double(), ref(x2, w, eps), atol=3e-3, rtol=0)
     # Bad eps still raises; a weight that needs grad still gets a graph.
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="eps"):
         rms_norm(x2, w, -1.0)
     assert rms_norm(x2, w.clone().requires_grad_(), 1e-6).grad_fn is not None
     assert len(op._FAST) == remembered

@@ -202,7 +202,7 @@ def test_explicit_configs(device):
     with pytest.raises(ValueError, match="powers of two"):
         sm.launch_softmax_forward(x, y, sm.SoftmaxConfig(3, 512, 4))
     with pytest.raises(ValueError, match="evict"):
-        sm.launch_softmax_forward(x, y, sm.SoftmaxConfig(1, 512, 4, evict="evict_last"))
+        sm.launch_softmax_forward(x, y, sm.SoftmaxConfig(1, 512, 4, evict="evict_normal"))
 
 
 def test_pick_config(monkeypatch):

@@ -124,8 +124,11 @@ warnings.filterwarnings("ignore", "(invalid value|divide by zero)", RuntimeWarni
 #     while it reduces this one.  With one program per tile the loop runs
 #     once, and 1 is right.
 # ``EVICT: tl.constexpr``
-#     The L2 policy of the loads and stores: ``""`` (the default) or
-#     ``"evict_first"``, a hint that the data will not be used again.
+#     The L2 policy of the loads and stores: ``""`` (the default),
+#     ``"evict_first"``, a hint that the data will not be used again, or
+#     ``"evict_last"``, a hint to keep it.  Only measurement says which is
+#     faster: on an H100 the package's tables pick ``"evict_last"`` for this
+#     kernel, about 1% ahead of no hint, although nothing here is read twice.
 # ``INT64: tl.constexpr``
 #     Row offsets ``row * stride`` are 32-bit integers unless this is set;
 #     the package sets it only when a tensor reaches past ``2**31`` elements.
