@@ -574,8 +574,9 @@ for activation, k in compiled.items():
 # every value.  That difference is measurable: on an H100 in Triton 3.6 these
 # instructions run between the matmuls of successive tiles, while the tensor
 # cores wait for them.  With the textbook ``erf`` the fused layer ran 0.99x the
-# unfused PyTorch pair (8192 x 4096 -> 4096, bf16); with the fitted form, about
-# 1.05x.  An epilogue is worth a second look at its instruction count.
+# unfused PyTorch pair (8192 x 4096 -> 4096, bf16); with the fitted form, 1.04x
+# to 1.08x across our runs on one H100 (the table below is one of them).  An
+# epilogue is worth a second look at its instruction count.
 #
 # How much does fusion save?
 # --------------------------

@@ -927,11 +927,11 @@ else:
 
 # %%
 # What the H100 record says.  From 4096 cubed up, and at 2048, :func:`tilebook.matmul`
-# runs within about 5% of cuBLAS, on either side: 717 against 750 TFLOP/s at
-# 4096, 704 against 669 at 6144, 697 against 728 at 8192 (the p20-p80 spread of
+# runs within about 5% of cuBLAS, on either side: 710 against 682 TFLOP/s at
+# 4096, 688 against 667 at 6144, 678 against 708 at 8192 (the p20-p80 spread of
 # these timings is itself a few percent).  Three points tell other stories:
 #
-# - **1024 cubed, 0.57x.**  Every TMA configuration of the package has 128 x 256
+# - **1024 cubed, 0.56x.**  Every TMA configuration of the package has 128 x 256
 #   tiles, so this product is 8 x 4 = 32 tiles for 132 SMs: three quarters of the
 #   GPU have nothing to do.  (The pruner's rule "small problems take a 128 x 128
 #   configuration" finds none among the TMA configurations and keeps the first.)
@@ -944,7 +944,7 @@ else:
 #   work in 3 rounds of time, 73% busy, close to the 0.77 measured.  This is
 #   *wave quantisation*; cuBLAS, with more tile shapes to choose from, avoids it
 #   here.
-# - **The ragged shape, 126 against 163.**  Both libraries are four to six times
+# - **The ragged shape, 125 against 158.**  Both libraries are four to six times
 #   slower than at 4096, and the masks are not the reason.  A row of 4093 bf16
 #   values is 8186 bytes, so the rows do not start on 16-byte boundaries: no
 #   descriptor (TMA needs 16-byte aligned rows) and no 16-byte loads.

@@ -825,7 +825,7 @@ else:
 # trust if the page was rebuilt on another GPU):
 #
 # - **Rows that fit** (256 to 32768 columns): tilebook's forward runs at 94
-#   to 98% of the copy bandwidth at every length, and its backward sits on
+#   to 99% of the copy bandwidth at every length, and its backward sits on
 #   the copy line up to 16384 columns (a fraction of a percent above it is
 #   the noise of two separate measurements): each byte read once and written
 #   once, as fast as the memory system moves bytes at all.

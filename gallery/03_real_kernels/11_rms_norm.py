@@ -548,20 +548,25 @@ else:
 # %%
 # What the plots say (read off the H100 record above):
 #
-# - **Forward.**  From 512 to 32768 columns the kernel moves 2800-2880 GB/s, about
-#   95% of the copy, level with Inductor's kernel.  ``F.rms_norm`` reaches
-#   2300-2600 GB/s for rows up to 4096 and 1750-1900 beyond, and the eager formula
-#   manages about 250 GB/s: a tenth, as the byte count predicted.
-# - **Backward.**  Up to 8192 columns tilebook leads (1500-2060 GB/s against
-#   1050-1740 for ``torch.compile`` and 1090-1480 for ``F.rms_norm``); at 16384
-#   Inductor is a little ahead.  These figures go through autograd, and at about
-#   0.2 ms per backward its bookkeeping shows: the p20-p80 spread of the timings is
-#   wide, and the widget further down, which calls the launchers directly, reads
-#   about 2600 GB/s for forward and backward together.
-# - **Long rows.**  At 65536 columns the forward slips to 1550 GB/s, and from 32768
-#   on the backward collapses, to 420 and then 200 GB/s, while the compiled
-#   formula keeps 1650 and 1240.  Holding a whole row in registers has a limit,
-#   and the next section shows where it is.
+# - **Forward.**  From 512 to 32768 columns the kernel moves 2820-2880 GB/s, about
+#   95% of the copy, level with Inductor's kernel (2790-2870 GB/s at most widths;
+#   timed one after the other, a run can catch either a few percent low, as this
+#   record caught the compiled kernel at 4096).  ``F.rms_norm`` reaches 2300-2600
+#   GB/s up to 2048 columns and 1740-2080 beyond, and the eager formula manages
+#   about 250 GB/s: a tenth, as the byte count predicted.  At 65536 columns the
+#   package's chunked forward (below) keeps 2600 GB/s, against 1930 compiled.
+# - **Backward.**  These figures go through autograd, and at 0.1-0.2 ms per
+#   backward its bookkeeping sets the pace for the shorter rows: the p20-p80 spread
+#   is wide, and between tilebook (1050-1910 GB/s up to 8192 columns) and
+#   ``torch.compile`` (1180-2090) the lead changes from width to width and from run
+#   to run; ``F.rms_norm`` (1080-1470) trails both at most widths.  The widget
+#   further down, which calls the launchers directly, reads about 2600 GB/s for
+#   forward and backward together.  From 16384 columns the GPU's work dominates:
+#   tilebook moves 2360 GB/s at 16384 and 1690 at 65536, against 1600 and 1240
+#   compiled, but only 1050 at 32768 (1650 compiled), the first width handed to the
+#   chunked backward.
+# - **Long rows.**  Holding a whole row in registers has a limit, and the next
+#   section shows where it is.
 #
 # Why long rows get slow: read the compiled backward
 # ---------------------------------------------------
@@ -889,7 +894,7 @@ else:
 widget
 
 # %%
-# With fp32 accumulators, forward and backward together move 2550-2660 GB/s up to
+# With fp32 accumulators, forward and backward together move 2540-2660 GB/s up to
 # 16384 columns, 85-89% of the copy, and then drop to 640 and 310 GB/s, the spills
 # of the previous section (the widget marks those as slow).  The errors are the same
 # at every size, about 1.7e-3 for ``y``, ``dx`` and ``dweight``: that is the
