@@ -209,12 +209,12 @@ def _activation(x, ACTIVATION: tl.constexpr):
     if ACTIVATION == "relu":
         x = tl.maximum(x, 0.0)
     elif ACTIVATION == "gelu":
-        # x * Phi(x) without erf.  For a = |x|, Phi(-a) = 2^P(a) with P a degree-7
-        # fit of log2 Phi(-a) on [0, 5.5] (past it the tail is below float32's
-        # reach), and x * Phi(x) = max(x, 0) - a * Phi(-a) for either sign (with a
-        # clamped too, so that +inf stays inf).  One exp2 and 11 instructions
-        # against libdevice erf's ~30; within 6e-7 of the erf form, and 6e-6 of it
-        # relatively.
+        # x * Phi(x) without erf.  For a = |x|, Phi(-a) = 2^P(a) with P a
+        # degree-7 fit of log2 Phi(-a) on [0, 5.5] (past it the tail is below
+        # float32's reach), and x * Phi(x) = max(x, 0) - a * Phi(-a) for either
+        # sign (with a clamped too, so that +inf stays inf).  One exp2 and 11
+        # instructions against libdevice erf's ~30; within 6e-7 of the erf
+        # form, and 6e-6 of it relatively.
         t = tl.minimum(tl.abs(x), 5.5)
         p = -1.7934344214154407e-06 * t + 6.090377428336069e-05
         p = p * t - 0.0009260259685106575
@@ -225,7 +225,8 @@ def _activation(x, ACTIVATION: tl.constexpr):
         p = p * t - 0.9999954700469971
         x = tl.maximum(x, 0.0) - t * tl.exp2(p)
     elif ACTIVATION == "gelu_tanh":
-        # 0.5 * x * (1 + tanh(u)) == x * sigmoid(2u): no tanh, which would need libdevice
+        # 0.5 * x * (1 + tanh(u)) == x * sigmoid(2u): no tanh, which would
+        # need libdevice
         u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
         x = x * tl.sigmoid(2.0 * u)
     elif ACTIVATION == "silu":
