@@ -18,6 +18,8 @@ under the interpreter; everywhere else :func:`launch` is ``kernel[grid](...)``.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import threading
 import warnings
 from typing import Any
@@ -29,11 +31,13 @@ from . import runtime
 
 __all__ = [
     "DIRECT_VERSIONS",
+    "device_guard",
     "direct_launch_enabled",
     "direct_launcher",
     "ensure_cuda_context",
     "launch",
     "launcher_for",
+    "sm_count",
 ]
 
 #: Triton releases whose compiled-kernel launcher this module was checked against
@@ -66,6 +70,22 @@ def _ensure_index(index: int) -> None:
     if index not in done:
         torch.cuda.current_stream(index).query()
         done.add(index)
+
+
+def device_guard(t: torch.Tensor):
+    """Make ``t``'s GPU the current device for a launch (a no-op off the GPU)."""
+    return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
+
+
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of a CUDA ``device`` (no index: the current one)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _sm_count(index)
+
+
+@functools.cache
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def direct_launch_enabled() -> bool:

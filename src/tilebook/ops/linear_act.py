@@ -35,12 +35,11 @@ the backward (forward + backward go from 3 GEMMs to 4).  Two activations need no
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 import triton
 import triton.language as tl
 
+from .._launch import device_guard
 from ..validation import check_tensor
 from .matmul import (
     _IMPLS,
@@ -107,8 +106,7 @@ def _act_grad(dy: torch.Tensor, t: torch.Tensor, activation: str) -> torch.Tenso
     dz = torch.empty_like(t, memory_format=torch.contiguous_format)
     n = dz.numel()
     if n:
-        guard = torch.cuda.device(dz.device) if dz.is_cuda else contextlib.nullcontext()
-        with guard:
+        with device_guard(dz):
             grid = (triton.cdiv(n, _ACT_GRAD_BLOCK),)
             act_grad_kernel[grid](
                 dy, t, dz, n, ACTIVATION=activation, BLOCK=_ACT_GRAD_BLOCK, num_warps=4

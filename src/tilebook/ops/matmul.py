@@ -34,7 +34,7 @@ import triton
 import triton.language as tl
 
 from .. import runtime
-from .._launch import direct_launch_enabled, direct_launcher, ensure_cuda_context
+from .._launch import direct_launch_enabled, direct_launcher, ensure_cuda_context, sm_count
 from ..validation import check_same_dtype_device, check_tensor
 
 try:  # host-side descriptors arrived in Triton 3.4; older versions use the pointer kernel
@@ -345,15 +345,10 @@ _tma_kernel = triton.autotune(
 # H100's host: 35 us a launch through matmul_tma_kernel[grid](...), 18.5 directly.
 
 
-@functools.cache
-def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
 def _grid_sms(device: torch.device) -> int:
     if device.type != "cuda":
         return 4  # the interpreter: a few programs, so each one walks several tiles
-    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    return sm_count(device)
 
 
 def _tma_layout(t: torch.Tensor) -> bool | None:

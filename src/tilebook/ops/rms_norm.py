@@ -37,14 +37,13 @@ with ``H``:
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
 import triton
 import triton.language as tl
 
-from .._launch import launch, launcher_for
+from .._launch import launch, launcher_for, sm_count
 from ..validation import check_tensor
 
 __all__ = [
@@ -358,16 +357,11 @@ def _bwd_config(n_cols: int) -> tuple[int, int, int, int]:
     return block_n, rows, warps, max(1, BWD_WARPS_PER_SM // warps)
 
 
-@functools.cache
-def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
 def _grid_size(x: torch.Tensor, n_blocks: int, programs_per_sm: int) -> int:
     """Programs of a persistent grid: ``programs_per_sm`` per SM, no more than blocks."""
     # Under the interpreter a handful of programs is enough to exercise the
     # partial-sum path without making the (serial) interpreter slow.
-    sms = _sm_count(x.device.index or 0) if x.is_cuda else 4
+    sms = sm_count(x.device) if x.is_cuda else 4
     return max(1, min(n_blocks, sms * programs_per_sm))
 
 

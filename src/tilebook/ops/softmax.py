@@ -22,7 +22,6 @@ probability 0 and a row that is all ``-inf`` becomes NaN, as in ``torch.softmax`
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, replace
 
@@ -30,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._launch import launch, launcher_for
+from .._launch import device_guard, launch, launcher_for, sm_count
 from ..validation import check_tensor
 
 __all__ = [
@@ -314,17 +313,11 @@ def pick_config(n_cols: int, *, backward: bool = False) -> SoftmaxConfig:
     return replace(cfg, block_m=max(1, cfg.block_m * key // width), block_n=width)
 
 
-@functools.cache
-def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
 def _grid(n_rows: int, cfg: SoftmaxConfig, device: torch.device) -> tuple[int]:
     tiles = n_rows if cfg.online else triton.cdiv(n_rows, cfg.block_m)
     if cfg.ctas_per_sm is None or device.type != "cuda":
         return (tiles,)  # the interpreter gains nothing from a persistent grid
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return (max(1, min(tiles, cfg.ctas_per_sm * _sm_count(index))),)
+    return (max(1, min(tiles, cfg.ctas_per_sm * sm_count(device))),)
 
 
 def _check_config(cfg: SoftmaxConfig, n_cols: int) -> None:
@@ -336,9 +329,7 @@ def _check_config(cfg: SoftmaxConfig, n_cols: int) -> None:
     if cfg.num_warps not in (1, 2, 4, 8, 16, 32):
         raise ValueError(f"softmax: num_warps must be a power of two up to 32, got {cfg}")
     if cfg.evict not in ("", "evict_first", "evict_last"):
-        raise ValueError(
-            f"softmax: evict must be '', 'evict_first' or 'evict_last', got {cfg}"
-        )
+        raise ValueError(f"softmax: evict must be '', 'evict_first' or 'evict_last', got {cfg}")
     if not cfg.online and cfg.block_n < n_cols:
         raise ValueError(f"softmax: single-pass block_n must cover the row of {n_cols}, got {cfg}")
 
@@ -348,12 +339,6 @@ def _needs_int64(n_rows: int, cfg: SoftmaxConfig, *tensors: torch.Tensor) -> boo
     rows = n_rows if cfg.online else triton.cdiv(n_rows, cfg.block_m) * cfg.block_m
     reach = max(rows * abs(t.stride(0)) + max(t.shape[1], cfg.block_n) for t in tensors)
     return reach >= 2**31
-
-
-def _device_guard(t: torch.Tensor):
-    import contextlib
-
-    return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
 
 
 def _meta(cfg: SoftmaxConfig, n_rows: int, n_cols: int, *tensors: torch.Tensor) -> dict:
@@ -386,7 +371,7 @@ def launch_softmax_forward(
     _check_config(cfg, n_cols)
     kernel = softmax_fwd_online_kernel if cfg.online else softmax_fwd_kernel
     meta = _meta(cfg, n_rows, n_cols, x, y)
-    with _device_guard(x):
+    with device_guard(x):
         launch(
             kernel, _grid(n_rows, cfg, x.device),
             x, y, n_rows, n_cols, x.stride(0), y.stride(0), **meta,
@@ -405,7 +390,7 @@ def launch_softmax_backward(
     _check_config(cfg, n_cols)
     kernel = softmax_bwd_online_kernel if cfg.online else softmax_bwd_kernel
     meta = _meta(cfg, n_rows, n_cols, y, dy, dx)
-    with _device_guard(y):
+    with device_guard(y):
         launch(
             kernel, _grid(n_rows, cfg, y.device),
             y, dy, dx, n_rows, n_cols, y.stride(0), dy.stride(0), dx.stride(0), **meta,
