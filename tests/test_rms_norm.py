@@ -397,3 +397,15 @@ def test_repeat_calls_agree_with_the_first(device):
         rms_norm(x2, w, -1.0)
     assert rms_norm(x2, w.clone().requires_grad_(), 1e-6).grad_fn is not None
     assert len(op._FAST) == remembered
+
+
+def test_repeat_calls_with_a_strided_weight(device):
+    # The kernels read weight with unit stride; a strided weight is copied first, and
+    # a repeat call must not skip that copy.
+    op._FAST.clear()
+    x = torch.randn(8, 100, device=device, dtype=torch.float16)
+    w = (torch.rand(200, device=device, dtype=torch.float16) + 0.5)[::2]
+    ref = F.rms_norm(x.double(), (100,), w.double(), 1e-6)
+    for _ in range(3):
+        torch.testing.assert_close(rms_norm(x, w, 1e-6).double(), ref, atol=3e-3, rtol=0)
+    assert len(op._FAST) == 0

@@ -43,7 +43,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._launch import launch, launcher_for, sm_count
+from .._launch import direct_launch_enabled, launch, launcher_for, sm_count
 from ..validation import check_tensor
 
 __all__ = [
@@ -595,7 +595,9 @@ def _fast_key(x: torch.Tensor, weight: torch.Tensor) -> tuple:
     )  # fmt: skip
 
 
-def _remember_fast(key: tuple, x: torch.Tensor, weight: torch.Tensor) -> None:
+def _remember_fast(x: torch.Tensor, weight: torch.Tensor) -> None:
+    if not direct_launch_enabled():  # nothing to remember: skip the work on every call
+        return
     n_cols = x.shape[-1]
     if len(_FAST) >= _FAST_LIMIT or x.numel() == 0 or not x.is_contiguous():
         return
@@ -620,7 +622,7 @@ def _remember_fast(key: tuple, x: torch.Tensor, weight: torch.Tensor) -> None:
         ok = go(grid, (t, w, y, rstd, n_rows, n_cols, n_cols, n_cols, eps, *tail))
         return y if ok else None
 
-    _FAST[key] = run
+    _FAST[_fast_key(x, weight)] = run
 
 
 def _check_eps(eps: object) -> float:
@@ -695,9 +697,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
             f"{MAX_HIDDEN}"
         )
     # The kernels read weight with unit stride.
-    key = _fast_key(x, weight)
-    weight = weight.contiguous()
-    y = RMSNormFunction.apply(x, weight, eps)
-    if not (x.requires_grad or weight.requires_grad) and x.is_cuda:
-        _remember_fast(key, x, weight)
+    y = RMSNormFunction.apply(x, weight.contiguous(), eps)
+    if x.is_cuda and not (x.requires_grad or weight.requires_grad):
+        _remember_fast(x, weight)  # the caller's tensors: a strided weight is never remembered
     return y

@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._launch import device_guard, launch, launcher_for, sm_count
+from .._launch import device_guard, direct_launch_enabled, launch, launcher_for, sm_count
 from ..validation import check_tensor
 
 __all__ = [
@@ -449,6 +449,8 @@ _grad_enabled = torch.is_grad_enabled
 
 
 def _remember_fast(x: torch.Tensor, key_dim: int, n_rows: int, n_cols: int) -> None:
+    if not direct_launch_enabled():  # nothing to remember: skip the work on every call
+        return
     if len(_FAST) >= _FAST_LIMIT or n_rows == 0 or n_cols == 0:
         return
     cfg = pick_config(n_cols)
