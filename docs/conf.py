@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 # Importing tilebook chooses GPU or interpreter mode before anything imports
@@ -12,6 +13,7 @@ import tilebook
 print(tilebook.banner(), flush=True)
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent / "_ext"))
 
 project = "tilebook"
 author = "the tilebook team"
@@ -30,6 +32,7 @@ extensions = [
     "sphinx_design",
     "sphinx_copybutton",
     "sphinx_gallery.gen_gallery",
+    "tilebook_ext",  # :datasheet: role, datasheet and records tables (docs/_ext)
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
@@ -65,8 +68,14 @@ part_dirs = [
 sphinx_gallery_conf = {
     "examples_dirs": ["../gallery"],
     "gallery_dirs": ["lessons"],
-    # Every lesson is named NN_name.py and every one is executed.
-    "filename_pattern": r"/\d\d_\w+\.py$",
+    # Every lesson is named NN_name.py and every one is executed.  For a quick
+    # look at a few, TILEBOOK_LESSONS="07|08" executes only the lessons whose
+    # file names match (the others are rendered without their output).
+    "filename_pattern": (
+        rf"/({os.environ['TILEBOOK_LESSONS']})\w*\.py$"
+        if os.environ.get("TILEBOOK_LESSONS")
+        else r"/\d\d_\w+\.py$"
+    ),
     "ignore_pattern": r"(__init__|conftest)\.py",
     "subsection_order": part_dirs,
     "within_subsection_order": "FileNameSortKey",
@@ -106,45 +115,3 @@ html_theme_options = {
 html_sidebars = {"syllabus": [], "index": []}
 html_context = {"default_mode": "auto"}
 html_show_sourcelink = False
-
-
-# -- A directive that lists the committed GPU records with their provenance --------
-from docutils import nodes
-from docutils.parsers.rst import Directive
-
-
-class RecordsTable(Directive):
-    has_content = False
-
-    def run(self):
-        from tilebook.bench import RECORDS_DIR, load_record
-
-        names = sorted(p.stem for p in RECORDS_DIR.glob("*.json"))
-        if not names:
-            return [nodes.paragraph(text="No GPU record has been committed yet.")]
-        table = nodes.table()
-        group = nodes.tgroup(cols=4)
-        table += group
-        for _ in range(4):
-            group += nodes.colspec(colwidth=1)
-        head, body = nodes.thead(), nodes.tbody()
-        group += head
-        group += body
-
-        def row(cells, parent):
-            r = nodes.row()
-            for text in cells:
-                entry = nodes.entry()
-                entry += nodes.paragraph(text=str(text))
-                r += entry
-            parent += r
-
-        row(["record", "what", "points", "provenance"], head)
-        for name in names:
-            rec = load_record(name, RECORDS_DIR)
-            row([name, rec.title, len(rec.rows), rec.caption()], body)
-        return [table]
-
-
-def setup(app):
-    app.add_directive("tilebook-records", RecordsTable)

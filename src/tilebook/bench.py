@@ -32,6 +32,7 @@ __all__ = [
     "RECORDS_DIR",
     "Measurement",
     "Record",
+    "compare",
     "copy_bandwidth",
     "load_record",
     "measure",
@@ -159,6 +160,30 @@ def measure_interleaved(
     return out
 
 
+def compare(
+    impls: dict[str, Callable[[], Any]],
+    *,
+    rounds: int = 3,
+    bytes_moved: int | dict[str, int] | None = None,
+    flops: int | dict[str, int] | None = None,
+    warmup: float = 10,
+    rep: float = 40,
+    **fields: Any,
+) -> list[dict[str, Any]]:
+    """Time ``impls`` against each other in interleaved rounds: one row per implementation.
+
+    Each row is ``{**fields, "impl": name, **measurement}``, ready for a
+    :class:`Record`; its ``p20_ms``/``p80_ms`` spread is taken across the rounds,
+    so it includes the drift that :mod:`tilebook.claims` must not mistake for a
+    difference.  The defaults (3 rounds of 40 ms) keep a lesson inside its time
+    budget; ``benchmarks/`` passes more.
+    """
+    got = measure_interleaved(
+        impls, rounds=rounds, bytes_moved=bytes_moved, flops=flops, warmup=warmup, rep=rep
+    )
+    return [{**fields, "impl": name, **m.as_row()} for name, m in got.items()]
+
+
 _COPY_CACHE: dict[int, Measurement] = {}
 
 
@@ -248,6 +273,24 @@ class Record:
     def select(self, **where: Any) -> list[dict[str, Any]]:
         """Rows whose fields equal every ``key=value`` given."""
         return [r for r in self.rows if all(r.get(k) == v for k, v in where.items())]
+
+    def one(self, **where: Any) -> dict[str, Any]:
+        """The single row whose fields equal every ``key=value`` given.
+
+        Raises :class:`LookupError` naming the record and the query when there is
+        no such row or more than one: a lesson that reads a row its record lacks
+        must fail loudly, not print a stale number.
+        """
+        found = self.select(**where)
+        if len(found) != 1:
+            raise LookupError(
+                f"record {self.name!r}: {len(found)} rows match {where} (expected one)"
+            )
+        return found[0]
+
+    def values(self, key: str, **where: Any) -> list[Any]:
+        """The distinct values of ``key`` among the rows matching ``where``, in row order."""
+        return list(dict.fromkeys(r[key] for r in self.select(**where) if key in r))
 
     def to_json(self) -> str:
         d = asdict(self)

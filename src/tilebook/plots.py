@@ -50,6 +50,22 @@ def no_record_message(name: str) -> str:
     )
 
 
+_RATES = ("gbps", "tflops")
+
+
+def _spread(row: dict[str, Any], y: str) -> tuple[float, float] | None:
+    """(low, high) of ``y`` at the row's 20th and 80th percentile times, if it has them."""
+    med, p20, p80 = row.get("median_ms"), row.get("p20_ms"), row.get("p80_ms")
+    if None in (med, p20, p80) or row.get(y) is None:
+        return None
+    if y in _RATES:  # a rate is inversely proportional to the time
+        return row[y] * med / p80, row[y] * med / p20
+    if y.endswith(("_ms", "_us")):
+        scale = row[y] / med
+        return p20 * scale, p80 * scale
+    return None
+
+
 def plot_record(
     record: Record | None,
     *,
@@ -65,10 +81,14 @@ def plot_record(
     ceiling_label: str = "copy bandwidth",
     order: Sequence[str] | None = None,
     name: str | None = None,
+    spread: bool = True,
 ):
     """Line plot of ``y`` against ``x``, one line per value of ``series``.
 
-    ``where`` keeps only rows whose fields equal the given values.  ``ceiling``
+    ``where`` keeps only rows whose fields equal the given values.  With
+    ``spread`` (the default) each line carries a band from its rows' 20th to 80th
+    percentile times, so that a reader sees which gaps are inside the noise.
+    ``ceiling``
     draws a dashed horizontal line (e.g. the copy bandwidth measured in the same
     run as the record).  Returns the figure, or None (after printing why) when
     ``record`` is None or has no matching rows; ``name`` names the missing
@@ -93,7 +113,14 @@ def plot_record(
         fig, ax = plt.subplots()
         for k in keys:
             pts = sorted(groups[k], key=lambda r: r[x])
-            ax.plot([p[x] for p in pts], [p[y] for p in pts], marker="o", label=str(k))
+            xs = [p[x] for p in pts]
+            (line,) = ax.plot(xs, [p[y] for p in pts], marker="o", label=str(k))
+            band = [_spread(p, y) for p in pts]
+            if spread and all(b is not None for b in band):
+                ax.fill_between(
+                    xs, [b[0] for b in band], [b[1] for b in band],
+                    color=line.get_color(), alpha=0.22, linewidth=0,
+                )  # fmt: skip
         if ceiling is not None:
             ax.axhline(ceiling, color="0.4", linestyle="--", linewidth=1.2, label=ceiling_label)
         if logx:

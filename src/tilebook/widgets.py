@@ -17,24 +17,38 @@ from typing import Any
 __all__ = ["SweepExplorer", "Widget", "embed_json"]
 
 _CSS = """
-.tbw{--tbw-fg:var(--pst-color-text-base,#222);--tbw-muted:var(--pst-color-text-muted,#666);
---tbw-bg:var(--pst-color-surface,#f6f7f9);--tbw-border:var(--pst-color-border,#d0d4da);
---tbw-accent:#0072B2;--tbw-bad:#D55E00;border:1px solid var(--tbw-border);border-radius:8px;
-padding:12px 14px;margin:12px 0;background:var(--tbw-bg);color:var(--tbw-fg);
-font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;font-size:14px;max-width:760px}
+.tbw{--tbw-fg:var(--pst-color-text-base,#222);--tbw-muted:var(--pst-color-text-muted,#555);
+--tbw-bg:var(--pst-color-surface,#f6f7f9);--tbw-border:var(--pst-color-border,#c4c9d0);
+--tbw-accent:#0072B2;--tbw-bad:#C04A00;--tbw-wrong:#B3261E;box-sizing:border-box;
+border:1px solid var(--tbw-border);border-radius:8px;padding:12px 14px;margin:12px 0;
+background:var(--tbw-bg);color:var(--tbw-fg);width:100%;max-width:100%;overflow:hidden;
+font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;font-size:14px}
+html[data-theme=dark] .tbw{--tbw-accent:#56B4E9;--tbw-bad:#F0A35E;--tbw-wrong:#FF8A80}
+.tbw *{box-sizing:border-box}
 .tbw h4{margin:0 0 8px 0;font-size:15px}
-.tbw .tbw-knob{display:flex;align-items:center;gap:10px;margin:4px 0}
-.tbw .tbw-knob label{min-width:110px;font-family:monospace}
-.tbw .tbw-knob output{font-family:monospace;min-width:60px;font-weight:600}
+.tbw .tbw-knob{display:flex;flex-wrap:wrap;align-items:center;gap:6px 10px;margin:6px 0}
+.tbw .tbw-label{min-width:8em;font-family:monospace;font-weight:600}
+.tbw .tbw-knob input[type=range]{flex:1 1 12em;min-width:8em;max-width:22em}
+.tbw .tbw-knob output{font-family:monospace;min-width:4em;font-weight:600}
+.tbw .tbw-choices{display:flex;flex-wrap:wrap;gap:4px 12px}
+.tbw .tbw-choice{font-family:monospace;white-space:nowrap;cursor:pointer}
 .tbw .tbw-readout{font-size:22px;font-weight:700;margin:8px 0 2px 0}
-.tbw .tbw-sub{color:var(--tbw-muted);font-size:13px}
+.tbw .tbw-sub,.tbw .tbw-note{color:var(--tbw-muted);font-size:13px}
 .tbw .tbw-bar{height:12px;border-radius:6px;background:var(--tbw-border);overflow:hidden;margin:6px 0}
 .tbw .tbw-bar>div{height:100%;background:var(--tbw-accent);transition:width .2s}
 .tbw.tbw-slow .tbw-bar>div{background:var(--tbw-bad)}
+.tbw.tbw-wrong .tbw-bar>div{background:var(--tbw-wrong)}
 .tbw .tbw-verdict{font-weight:600;margin:4px 0}
 .tbw.tbw-slow .tbw-verdict{color:var(--tbw-bad)}
-.tbw table{border-collapse:collapse;margin-top:8px;font-family:monospace;font-size:12px}
-.tbw td,.tbw th{border:1px solid var(--tbw-border);padding:2px 6px;text-align:right}
+.tbw.tbw-wrong .tbw-verdict{color:var(--tbw-wrong)}
+.tbw .tbw-grid-wrap{max-width:100%;margin-top:8px}
+.tbw table{border-collapse:collapse;font-family:monospace;font-size:12px;max-width:100%}
+.tbw td,.tbw th{border:1px solid var(--tbw-border);padding:2px 5px;text-align:right;
+white-space:nowrap}
+.tbw th{font-weight:600;white-space:normal;overflow-wrap:anywhere;background:transparent}
+.tbw td[role=button]{cursor:pointer}
+.tbw td.tbw-cell-slow{background:rgba(213,94,0,0.45)}
+.tbw td.tbw-cell-wrong{background:rgba(179,38,30,0.55);color:#fff}
 .tbw td.tbw-cur{outline:3px solid var(--tbw-fg);outline-offset:-3px;font-weight:700}
 .tbw .tbw-caption{color:var(--tbw-muted);font-size:12px;margin-top:8px}
 """
@@ -84,99 +98,139 @@ class Widget:
 
 _SWEEP_JS = r"""
 var body=root.querySelector(".tbw-body");body.innerHTML="";
-var knobs=data.knobs, state={}, inputs={};
-function fmt(v){return (v>=100?v.toFixed(0):v.toPrecision(3))}
-knobs.forEach(function(k){
-  var row=document.createElement("div");row.className="tbw-knob";
-  var lab=document.createElement("label");lab.textContent=k.label;
-  var inp=document.createElement("input");inp.type="range";inp.min=0;inp.max=k.values.length-1;
-  inp.step=1;inp.setAttribute("aria-label",k.label);inp.dataset.knob=k.name;
-  var idx=Math.max(0,k.values.indexOf(k.initial));inp.value=idx;state[k.name]=k.values[idx];
-  var out=document.createElement("output");out.textContent=k.values[idx];
-  inp.addEventListener("input",function(){state[k.name]=k.values[+inp.value];
-    out.textContent=state[k.name];update();});
-  row.appendChild(lab);row.appendChild(inp);row.appendChild(out);body.appendChild(row);
-  inputs[k.name]=inp;
+var knobs=data.knobs,state={},setters={},higher=data.better!=="lower";
+function fmt(v){var a=Math.abs(v);if(a>=1000)return Math.round(v).toString();
+  if(a>=100)return v.toFixed(0);if(a>=10)return v.toFixed(1);return v.toPrecision(3)}
+function el(tag,cls,text){var e=document.createElement(tag);if(cls)e.className=cls;
+  if(text!==undefined)e.textContent=text;return e}
+knobs.forEach(function(k,ki){
+  var row=el("div","tbw-knob");var lab=el("span","tbw-label",k.label);lab.id=root.id+"-k"+ki;
+  row.appendChild(lab);var idx=Math.max(0,k.values.indexOf(k.initial));state[k.name]=k.values[idx];
+  if(k.kind==="slider"){
+    var inp=el("input");inp.type="range";inp.min=0;inp.max=k.values.length-1;inp.step=1;
+    inp.value=idx;inp.setAttribute("aria-labelledby",lab.id);inp.dataset.knob=k.name;
+    var out=el("output","",String(k.values[idx]));
+    inp.addEventListener("input",function(){state[k.name]=k.values[+inp.value];
+      out.textContent=String(state[k.name]);update()});
+    row.appendChild(inp);row.appendChild(out);
+    setters[k.name]=function(v){inp.value=k.values.indexOf(v);inp.dispatchEvent(new Event("input"))};
+  }else{
+    var group=el("div","tbw-choices");group.setAttribute("role","radiogroup");
+    group.setAttribute("aria-labelledby",lab.id);group.dataset.knob=k.name;var radios=[];
+    k.values.forEach(function(v,vi){var l=el("label","tbw-choice");var r=el("input");
+      r.type="radio";r.name=root.id+"-"+ki;r.value=String(vi);r.checked=vi===idx;
+      r.addEventListener("change",function(){if(r.checked){state[k.name]=v;update()}});
+      l.appendChild(r);l.appendChild(document.createTextNode(" "+String(v)));
+      group.appendChild(l);radios.push(r)});
+    row.appendChild(group);
+    setters[k.name]=function(v){var i=k.values.indexOf(v);radios[i].checked=true;
+      radios[i].dispatchEvent(new Event("change"))};
+  }
+  body.appendChild(row);
 });
-var readout=document.createElement("div");readout.className="tbw-readout";
-var sub=document.createElement("div");sub.className="tbw-sub";
-var bar=document.createElement("div");bar.className="tbw-bar";var fill=document.createElement("div");
-bar.appendChild(fill);var verdict=document.createElement("div");verdict.className="tbw-verdict";
-[readout,sub,bar,verdict].forEach(function(e){body.appendChild(e)});
-var best=0,worst=Infinity;data.rows.forEach(function(r){if(r.value>best)best=r.value;
-  if(r.value<worst)worst=r.value});
-var scale=Math.max(best,data.ceiling||0);
+var readout=el("div","tbw-readout");readout.setAttribute("aria-live","polite");
+var sub=el("div","tbw-sub");var bar=el("div","tbw-bar");var fill=el("div");bar.appendChild(fill);
+var verdict=el("div","tbw-verdict");var note=el("div","tbw-note");
+[readout,sub,bar,verdict,note].forEach(function(e){body.appendChild(e)});
+var ok=data.rows.filter(function(r){return !r.wrong});
+var best=higher?-Infinity:Infinity;ok.forEach(function(r){
+  best=higher?Math.max(best,r.value):Math.min(best,r.value)});
+function rel(v){return higher?v/best:best/v}
+var scale=Math.max(higher?best:0,data.ceiling||0);
+function same(a,b){return String(a)===String(b)}
+function find(over){return data.rows.find(function(r){return knobs.every(function(k){
+  return same(r.knobs[k.name],(over&&k.name in over)?over[k.name]:state[k.name])})})}
 var table=null;
 if(knobs.length===2){
-  table=document.createElement("table");var a=knobs[0],b=knobs[1];
-  var hr=document.createElement("tr");var c0=document.createElement("th");
-  c0.textContent=a.label+" \\ "+b.label;hr.appendChild(c0);
-  b.values.forEach(function(v){var th=document.createElement("th");th.textContent=v;hr.appendChild(th)});
-  table.appendChild(hr);
-  a.values.forEach(function(va){var tr=document.createElement("tr");var th=document.createElement("th");
-    th.textContent=va;tr.appendChild(th);
-    b.values.forEach(function(vb){var td=document.createElement("td");var r=find(va,vb,a.name,b.name);
-      td.dataset.a=va;td.dataset.b=vb;
-      if(r){td.textContent=fmt(r.value);var t=(r.value-worst)/Math.max(best-worst,1e-9);
-        td.style.background=r.value<data.slow_fraction*best?"rgba(213,94,0,0.55)":
-          "rgba(0,114,178,"+(0.08+0.6*t).toFixed(2)+")";
-        td.title=a.label+"="+va+", "+b.label+"="+vb+": "+fmt(r.value)+" "+data.unit;
-        td.style.cursor="pointer";td.addEventListener("click",function(){
-          inputs[a.name].value=a.values.indexOf(va);inputs[b.name].value=b.values.indexOf(vb);
-          inputs[a.name].dispatchEvent(new Event("input"));inputs[b.name].dispatchEvent(new Event("input"));});
-      }else{td.textContent="n/a"}
+  var a=knobs[0],b=knobs[1];table=el("table","tbw-grid");
+  var hr=el("tr");hr.appendChild(el("th","",a.label+" \u2193 / "+b.label+" \u2192"));
+  b.values.forEach(function(v){hr.appendChild(el("th","",String(v)))});table.appendChild(hr);
+  a.values.forEach(function(va){var tr=el("tr");tr.appendChild(el("th","",String(va)));
+    b.values.forEach(function(vb){var o={};o[a.name]=va;o[b.name]=vb;var r=find(o);var td=el("td");
+      td.dataset.a=String(va);td.dataset.b=String(vb);
+      if(r){var f=rel(r.value);
+        td.textContent=r.wrong?"\u2717 "+fmt(r.value):fmt(r.value);
+        td.className=r.wrong?"tbw-cell-wrong":(f<data.slow_fraction?"tbw-cell-slow":"");
+        if(!r.wrong&&f>=data.slow_fraction)td.style.background=
+          "rgba(0,114,178,"+(0.08+0.5*Math.max(0,Math.min(1,f))).toFixed(2)+")";
+        td.title=a.label+"="+va+", "+b.label+"="+vb+": "+fmt(r.value)+" "+data.unit+
+          (r.wrong?" (wrong)":"");
+        td.tabIndex=0;td.setAttribute("role","button");
+        var pick=function(){setters[a.name](va);setters[b.name](vb)};
+        td.addEventListener("click",pick);
+        td.addEventListener("keydown",function(e){if(e.key==="Enter"||e.key===" "){e.preventDefault();pick()}});
+      }else{td.textContent="\u2013";td.title="not measured"}
       tr.appendChild(td)});table.appendChild(tr)});
-  body.appendChild(table);
+  var wrap=el("div","tbw-grid-wrap");wrap.appendChild(table);body.appendChild(wrap);
 }
-function find(){var args=arguments;
-  return data.rows.find(function(r){
-    if(args.length===4)return r.knobs[args[2]]===args[0]&&r.knobs[args[3]]===args[1];
-    return knobs.every(function(k){return r.knobs[k.name]===state[k.name]});})}
 function update(){
-  var r=find();
+  var r=find();root.classList.remove("tbw-slow","tbw-wrong");
   if(!r){readout.textContent="not measured";sub.textContent="";fill.style.width="0%";
-    verdict.textContent="";root.classList.remove("tbw-slow");return;}
+    verdict.textContent="";note.textContent="";root.dataset.value="";return}
   readout.textContent=fmt(r.value)+" "+data.unit;
-  var parts=[(100*r.value/best).toFixed(0)+"% of the best setting"];
-  if(data.ceiling){parts.push((100*r.value/data.ceiling).toFixed(0)+"% of "+data.ceiling_label)}
-  if(r.extra){parts.push(r.extra)}
-  sub.textContent=parts.join(" · ");
-  fill.style.width=(100*r.value/scale).toFixed(1)+"%";
-  var slow=r.value<data.slow_fraction*best;
-  root.classList.toggle("tbw-slow",slow);
-  verdict.textContent=slow?("Slow: "+(data.slow_hint||"this setting leaves bandwidth unused.")):
-    "Near the best measured setting.";
+  var f=rel(r.value),parts=[];
+  if(!r.wrong)parts.push(Math.round(100*f)+"% of the best setting");
+  if(data.ceiling)parts.push(Math.round(100*r.value/data.ceiling)+"% of "+data.ceiling_label);
+  if(r.extra)parts.push(r.extra);
+  sub.textContent=parts.join(" \u00b7 ");
+  fill.style.width=(100*Math.min(1,(higher?r.value:best)/(higher?scale:r.value))).toFixed(1)+"%";
+  if(r.wrong){root.classList.add("tbw-wrong");verdict.textContent="Wrong: "+r.wrong}
+  else if(f<data.slow_fraction){root.classList.add("tbw-slow");
+    verdict.textContent="Slow: "+Math.round(100*f)+"% of the best setting measured."}
+  else if(f>=data.near_fraction){verdict.textContent="Among the best settings measured."}
+  else{verdict.textContent=Math.round(100*f)+"% of the best setting measured."}
+  note.textContent=r.note||"";
   if(table){table.querySelectorAll("td").forEach(function(td){
-    td.classList.toggle("tbw-cur",String(state[knobs[0].name])===td.dataset.a&&
-      String(state[knobs[1].name])===td.dataset.b)})}
-  root.dataset.value=r.value;
+    td.classList.toggle("tbw-cur",td.dataset.a===String(state[knobs[0].name])&&
+      td.dataset.b===String(state[knobs[1].name]))})}
+  root.dataset.value=String(r.value);root.dataset.verdict=r.wrong?"wrong":(f<data.slow_fraction?"slow":"ok");
 }
-var cap=document.createElement("div");cap.className="tbw-caption";cap.textContent=data.caption;
-body.appendChild(cap);
+var cap=el("div","tbw-caption",data.caption);body.appendChild(cap);
 update();
 """
 
 
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 class SweepExplorer(Widget):
-    """Sliders over the parameters of a measured sweep; shows the metric of the chosen point.
+    """Knobs over the settings of a measured sweep; shows the metric of the chosen one.
 
     Parameters
     ----------
     rows
-        One dict per measured point, holding every knob and the metric.
+        One dict per measured setting, holding every knob and the metric.
     knobs
-        The row keys to expose as sliders, in order (two knobs also draw a grid).
+        The row keys the reader turns, in order (two knobs also draw a grid).
+        Numeric knobs are sliders in numeric order; other knobs (names,
+        booleans) are choice lists in the order of ``order`` or, without it,
+        of their first appearance in ``rows``: never alphabetical.
     metric, unit
         Row key of the measured value and its unit, e.g. ``"gbps"``, ``"GB/s"``.
     caption
         Where the numbers come from (use ``Record.caption()``).
-    ceiling
-        An upper reference, e.g. the copy bandwidth measured in the same run.
+    better
+        ``"higher"`` (rates, the default) or ``"lower"`` (times, errors).
+    order
+        ``{knob: [values in the order to show them]}``.
+    ceiling, ceiling_label
+        An upper reference measured in the same run, e.g. the copy bandwidth.
     slow_fraction
-        Points below this fraction of the best are flagged as slow.
+        Settings below this fraction of the best are flagged as slow.
+    note
+        Row key of an explanation that belongs to that row alone (why *this*
+        setting is slow, say); shown only when the row is selected.
+    wrong
+        Row key holding, for a setting that computes a wrong result, why it is
+        wrong (an empty value means the row is right).  Wrong settings are
+        flagged and never count as the best.
+    extra
+        Row key of a neutral detail shown with the row (time, bytes, ...).
     """
 
     kind = "sweep"
+    script = _SWEEP_JS
 
     def __init__(
         self,
@@ -188,21 +242,37 @@ class SweepExplorer(Widget):
         caption: str,
         title: str = "Sweep explorer",
         labels: dict[str, str] | None = None,
+        order: dict[str, Sequence[Any]] | None = None,
         initial: dict[str, Any] | None = None,
+        better: str = "higher",
         ceiling: float | None = None,
         ceiling_label: str = "the copy bandwidth",
         slow_fraction: float = 0.6,
-        slow_hint: str | None = None,
+        near_fraction: float = 0.95,
+        note: str | None = None,
+        wrong: str | None = None,
         extra: str | None = None,
     ) -> None:
         if not rows:
             raise ValueError("SweepExplorer needs at least one measured row")
         if not knobs:
             raise ValueError("SweepExplorer needs at least one knob")
+        if better not in ("higher", "lower"):
+            raise ValueError(f"better must be 'higher' or 'lower', got {better!r}")
         for r in rows:
             missing = [k for k in (*knobs, metric) if k not in r]
             if missing:
                 raise ValueError(f"row {r} lacks {missing}")
+        order = {k: list(v) for k, v in (order or {}).items()}
+        for k, wanted in order.items():
+            if k not in knobs:
+                raise ValueError(f"order names {k!r}, which is not a knob")
+            have = {repr(r[k]) for r in rows}
+            unknown = [v for v in wanted if repr(v) not in have]
+            if unknown:
+                raise ValueError(f"order[{k!r}] lists values no row has: {unknown}")
+        if sum(1 for r in rows if not (wrong and r.get(wrong))) == 0:
+            raise ValueError("SweepExplorer needs at least one row that is not wrong")
         self.rows = list(rows)
         self.knobs = list(knobs)
         self.metric = metric
@@ -210,42 +280,62 @@ class SweepExplorer(Widget):
         self.caption = caption
         self.title = title
         self.labels = dict(labels or {})
+        self.order = order
         self.initial = dict(initial or {})
+        self.better = better
         self.ceiling = ceiling
         self.ceiling_label = ceiling_label
         self.slow_fraction = slow_fraction
-        self.slow_hint = slow_hint
+        self.near_fraction = near_fraction
+        self.note = note
+        self.wrong = wrong
         self.extra = extra
 
-    script = _SWEEP_JS
+    def _values(self, knob: str) -> tuple[str, list[Any]]:
+        seen = list(dict.fromkeys(r[knob] for r in self.rows))
+        numeric = all(_is_number(v) for v in seen)
+        if knob in self.order:
+            wanted = self.order[knob]
+            values = list(wanted) + [v for v in seen if v not in wanted]
+        else:
+            values = sorted(seen) if numeric else seen
+        return ("slider" if numeric else "choice"), values
 
     def data(self) -> dict[str, Any]:
         knobs = []
         for k in self.knobs:
-            values = sorted({r[k] for r in self.rows})
+            kind, values = self._values(k)
+            initial = self.initial.get(k, values[0])
+            if initial not in values:
+                raise ValueError(f"initial {k}={initial!r} is not among its values {values}")
             knobs.append(
                 {
                     "name": k,
                     "label": self.labels.get(k, k),
+                    "kind": kind,
                     "values": values,
-                    "initial": self.initial.get(k, values[0]),
+                    "initial": initial,
                 }
             )
-        rows = [
-            {
-                "knobs": {k: r[k] for k in self.knobs},
-                "value": float(r[self.metric]),
-                **({"extra": str(r[self.extra])} if self.extra and r.get(self.extra) else {}),
-            }
-            for r in self.rows
-        ]
+
+        def text(r, key):
+            return str(r[key]) if key and r.get(key) else None
+
+        rows = []
+        for r in self.rows:
+            row = {"knobs": {k: r[k] for k in self.knobs}, "value": float(r[self.metric])}
+            for name, key in (("note", self.note), ("wrong", self.wrong), ("extra", self.extra)):
+                if text(r, key):
+                    row[name] = text(r, key)
+            rows.append(row)
         return {
             "knobs": knobs,
             "rows": rows,
             "unit": self.unit,
             "caption": self.caption,
+            "better": self.better,
             "ceiling": self.ceiling,
             "ceiling_label": self.ceiling_label,
             "slow_fraction": self.slow_fraction,
-            "slow_hint": self.slow_hint,
+            "near_fraction": self.near_fraction,
         }
