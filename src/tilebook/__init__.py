@@ -5,7 +5,16 @@ on the CPU; see :mod:`tilebook.runtime`), and only then imports Triton.
 """
 
 from . import runtime  # noqa: I001  (must run before anything imports triton)
-from .runtime import banner, device, get_runtime, is_gpu, is_interpreter, pick
+from .runtime import (
+    banner,
+    capability,
+    device,
+    get_runtime,
+    is_gpu,
+    is_hopper,
+    is_interpreter,
+    pick,
+)
 from . import aot, bench, check, ops
 from .ops.linear_act import linear_act
 from .ops.matmul import matmul
@@ -20,10 +29,12 @@ __all__ = [
     "aot",
     "banner",
     "bench",
+    "capability",
     "check",
     "device",
     "get_runtime",
     "is_gpu",
+    "is_hopper",
     "is_interpreter",
     "linear_act",
     "matmul",

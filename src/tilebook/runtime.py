@@ -12,6 +12,11 @@ The choice has to be made before :mod:`triton` is imported, because Triton reads
   this machine does not have (used in a child process of a CPU build).
 
 A process that already set ``TRITON_INTERPRET=1`` is taken at its word: CPU mode.
+
+``TILEBOOK_ARCH=80`` (or ``75``) makes a newer GPU take the code paths of that
+older one: :func:`capability` reports it, so the Hopper-only paths (TMA,
+wgmma-sized configurations) are not taken and lessons show those sections from
+ahead-of-time compiled output instead, as a reader with an A100 or a T4 sees them.
 """
 
 from __future__ import annotations
@@ -23,17 +28,21 @@ from typing import TypeVar
 import torch
 
 __all__ = [
+    "ARCH_ENV",
     "MODE_ENV",
     "Runtime",
     "banner",
+    "capability",
     "device",
     "get_runtime",
     "is_gpu",
+    "is_hopper",
     "is_interpreter",
     "pick",
 ]
 
 MODE_ENV = "TILEBOOK_MODE"
+ARCH_ENV = "TILEBOOK_ARCH"
 _VALID = ("auto", "gpu", "cpu", "aot")
 
 T = TypeVar("T")
@@ -128,6 +137,37 @@ def device() -> torch.device:
     return _RUNTIME.device
 
 
+def _forced_arch() -> int | None:
+    raw = os.environ.get(ARCH_ENV, "").strip().lower().removeprefix("sm_")
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) < 70:
+        raise ValueError(f"{ARCH_ENV}={os.environ[ARCH_ENV]!r}: give a compute capability like 80")
+    return int(raw)
+
+
+def capability(device: torch.device | int | None = None) -> tuple[int, int] | None:
+    """The compute capability the code paths are chosen for: ``(9, 0)`` on an H100.
+
+    ``TILEBOOK_ARCH`` lowers it (never raises it above the real one), so that an
+    H100 can run the paths an A100 (``80``) or a T4 (``75``) takes.  None in CPU
+    mode, where the interpreter has no architecture.
+    """
+    if not is_gpu():
+        return None
+    real = torch.cuda.get_device_capability(device)
+    forced = _forced_arch()
+    if forced is not None and forced < real[0] * 10 + real[1]:
+        return divmod(forced, 10)
+    return real
+
+
+def is_hopper(device: torch.device | int | None = None) -> bool:
+    """True on a Hopper GPU (sm_90) whose Hopper-only paths are not switched off."""
+    cap = capability(device)
+    return cap is not None and cap[0] == 9
+
+
 def pick(*, gpu: T, cpu: T) -> T:
     """Return the value for the current mode.
 
@@ -144,7 +184,9 @@ def banner() -> str:
 
     versions = f"torch {torch.__version__}, triton {triton.__version__}"
     if is_gpu():
-        return f"tilebook: GPU mode on {torch.cuda.get_device_name(0)} ({versions})"
+        forced = _forced_arch()
+        paths = f"; code paths of sm_{forced} ({ARCH_ENV})" if forced else ""
+        return f"tilebook: GPU mode on {torch.cuda.get_device_name(0)} ({versions}{paths})"
     return (
         "tilebook: CPU mode, kernels run through Triton's interpreter at small sizes; "
         f"benchmarks show recorded GPU measurements ({versions}; {_RUNTIME.reason})"

@@ -370,7 +370,7 @@ def _tma_supported_on(kind: str, index: int | None) -> bool:
         return False
     if kind != "cuda":
         return runtime.is_interpreter()
-    return torch.cuda.get_device_capability(index)[0] >= 9
+    return runtime.is_hopper(index)
 
 
 def _tma_supported(device: torch.device) -> bool:
