@@ -1,0 +1,927 @@
+"""Flash attention, forward and backward: ``softmax(q @ k^T * scale + mask) @ v`` in tiles.
+
+The forward keeps one ``BLOCK_M x D`` tile of queries on chip and streams the
+keys and values past it in ``BLOCK_N``-row tiles (:func:`_fwd_inner`), with the
+online softmax of lesson 06 in base 2: the scale is folded into ``log2(e)`` so that
+each score costs one fused multiply-add and one ``exp2``.  It saves the log-sum-exp
+of every row (base 2), so the backward never stores the ``N x N`` probabilities:
+
+1. :func:`_bwd_preprocess_kernel`: ``delta = rowsum(dO * O)`` per query row;
+2. :func:`_bwd_dkdv_kernel`: one program per key tile, looping over the query
+   tiles that see it (and over the query heads that share its K/V head, which sums
+   the grouped-query gradients in registers);
+3. :func:`_bwd_dq_kernel`: one program per query tile, looping over its key tiles.
+
+Masks.  Every mask here is a band plus documents: query ``i`` sees key ``j`` when
+``i' - left <= j <= i' + right`` with ``i' = i + Nk - Nq`` (causal is ``right = 0``,
+bottom-right aligned; no window is an unbounded band) and, with document ids, when
+both belong to the same document.  From those bounds each program computes which
+tiles it must visit at all (the others are skipped, so time falls with the visible
+area) and which of them are fully visible.  The loop over tiles runs in three
+parts: masked tiles, fully visible tiles (no mask arithmetic: the ``MASKED``
+constexpr compiles it out), masked tiles again.  For documents the host turns the
+ids into per-tile ranges once per call (:func:`document_ranges`).
+
+A query that sees no key gets an output of 0, a log-sum-exp of ``+inf`` and so
+zero gradients.
+
+Tiles move through tensor descriptors (TMA on Hopper): the copy engine fills rows
+past the end of a sequence with zeros, so no load needs a mask, and any strides
+whose rows are 16-byte aligned are read in place.  Configurations are tuned ahead
+(``benchmarks/flash_attention.py --tune``) and committed in :data:`CONFIGS`: no
+autotuning happens at import or during a call.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from .. import runtime
+from .._launch import device_guard, ensure_cuda_context
+from ..validation import check_same_dtype_device, check_tensor
+
+try:  # host-side tensor descriptors arrived in Triton 3.4
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # pragma: no cover - depends on the installed Triton
+    TensorDescriptor = None
+
+__all__ = [
+    "CONFIGS",
+    "HEAD_DIMS",
+    "KernelConfig",
+    "attention_backward",
+    "attention_forward",
+    "compile_ahead",
+    "document_ranges",
+    "flash_attention",
+    "launch_dkdv",
+    "launch_dq",
+    "launch_preprocess",
+    "pick_configs",
+]
+
+#: Head dimensions the kernels are built for (a tile's row must be a power of two).
+HEAD_DIMS = (32, 64, 128, 256)
+_GPU_DTYPES = (torch.float16, torch.bfloat16)
+# float32 runs under the interpreter only: on a GPU it would need TF32 dots and
+# twice the shared memory of the tuned tiles.
+_CPU_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_LOG2E = 1.4426950408889634
+
+# --------------------------------------------------------------------------- kernels
+
+
+@triton.jit
+def _tile_ranges(lo, hi, full_lo, full_hi, BLOCK: tl.constexpr):
+    """Split the visible positions ``[lo, hi)`` into tile-aligned parts.
+
+    Returns ``(start, mid_lo, mid_hi, end)``: tiles in ``[start, mid_lo)`` and
+    ``[mid_hi, end)`` need the mask, tiles in ``[mid_lo, mid_hi)`` lie inside
+    ``[full_lo, full_hi)`` and need none.  An empty ``[lo, hi)`` gives no tiles.
+    """
+    hi = tl.maximum(hi, lo)
+    start = (lo // BLOCK) * BLOCK
+    end = tl.cdiv(hi, BLOCK) * BLOCK
+    full_lo = tl.minimum(tl.maximum(full_lo, lo), hi)
+    full_hi = tl.maximum(tl.minimum(full_hi, hi), full_lo)
+    mid_lo = tl.cdiv(full_lo, BLOCK) * BLOCK
+    mid_hi = (full_hi // BLOCK) * BLOCK
+    if mid_hi <= mid_lo:  # no tile is fully visible: the first masked part takes all
+        mid_lo = end
+        mid_hi = end
+    return start, mid_lo, mid_hi, end
+
+
+@triton.jit
+def _doc_bounds(lo, hi, full_lo, full_hi, rng_ptr, DOC: tl.constexpr):
+    # The host's per-tile document ranges (see document_ranges), intersected with the band's.
+    if DOC:
+        lo = tl.maximum(lo, tl.load(rng_ptr))
+        hi = tl.minimum(hi, tl.load(rng_ptr + 1))
+        full_lo = tl.maximum(full_lo, tl.load(rng_ptr + 2))
+        full_hi = tl.minimum(full_hi, tl.load(rng_ptr + 3))
+    return lo, hi, full_lo, full_hi
+
+
+@triton.jit
+def _visible(offs_m, offs_n, doc_m, doc_ptr, shift, left, right, Nk, BAND: tl.constexpr,
+             DOC: tl.constexpr):  # fmt: skip
+    """``[BLOCK_M, BLOCK_N]`` booleans: which (query, key) pairs the mask lets through."""
+    vis = offs_n[None, :] < Nk
+    if BAND:
+        diag = offs_m + shift  # i' = i + Nk - Nq: bottom-right alignment
+        vis = vis & (offs_n[None, :] >= (diag - left)[:, None])
+        vis = vis & (offs_n[None, :] <= (diag + right)[:, None])
+    if DOC:
+        doc_n = tl.load(doc_ptr + offs_n, mask=offs_n < Nk, other=-1)
+        vis = vis & (doc_m[:, None] == doc_n[None, :])
+    return vis
+
+
+@triton.jit
+def _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, b, hk, offs_m, doc_m, doc_ptr,
+               lo, hi, qk_scale, shift, left, right, Nk,
+               BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr,
+               BAND: tl.constexpr, DOC: tl.constexpr):  # fmt: skip
+    """The online softmax over key tiles ``[lo, hi)``, in base 2.
+
+    ``m_i`` is each row's running maximum of the scaled scores (log2 units), ``l_i``
+    the running sum of ``exp2(score - m_i)``, ``acc`` the running ``P @ V``; when the
+    maximum grows, both are rescaled by ``alpha = exp2(m_old - m_new)``.
+    """
+    for start_n in tl.range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        k = k_desc.load([b, hk, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+        qk = tl.dot(q, k.T)
+        if MASKED:
+            offs_n = start_n + tl.arange(0, BLOCK_N)
+            vis = _visible(offs_m, offs_n, doc_m, doc_ptr, shift, left, right, Nk, BAND, DOC)
+            qk = tl.where(vis, qk * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            # A row that has seen no key yet has m_new = -inf: subtract 0 instead, so
+            # that exp2 gives 0 (not exp2(-inf + inf) = NaN).
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.math.exp2(qk - m_use[:, None])
+        else:
+            # Scaling after the max (scale > 0) leaves one FMA per score.
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            m_use = m_new
+            p = tl.math.exp2(qk * qk_scale - m_use[:, None])
+        alpha = tl.math.exp2(m_i - m_use)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        v = v_desc.load([b, hk, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+        acc = tl.dot(p.to(v.dtype), v, acc)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, doc_ptr, rng_ptr,
+                qk_scale, H, G, Nq, Nk, left, right, num_m,
+                HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                BAND: tl.constexpr, DOC: tl.constexpr):  # fmt: skip
+    """One program per (query tile, batch, head): ``O`` and the base-2 log-sum-exp."""
+    pid = tl.program_id(0)
+    bh = pid // num_m
+    # Tiles in reverse: under a causal mask the last query tiles see the most keys,
+    # and starting them first leaves the short ones to fill the end of the grid.
+    start_m = num_m - 1 - pid % num_m
+    b = bh // H
+    h = bh % H
+    hk = h // G  # grouped-query attention: G query heads share one K/V head
+    m0 = start_m * BLOCK_M
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    m_last = tl.minimum(m0 + BLOCK_M, Nq) - 1
+    shift = Nk - Nq
+
+    # Keys some row of the tile sees, and keys every row of it sees.
+    lo = tl.maximum(m0 + shift - left, 0)
+    hi = tl.minimum(m_last + shift + right + 1, Nk)
+    full_lo = m_last + shift - left
+    full_hi = tl.minimum(m0 + shift + right + 1, Nk)  # a tile past Nk needs the mask
+    doc_m = offs_m  # placeholder when DOC is off (never read)
+    if DOC:
+        doc_ptr += b * Nk
+        doc_m = tl.load(doc_ptr + offs_m, mask=offs_m < Nq, other=-2)
+    lo, hi, full_lo, full_hi = _doc_bounds(
+        lo, hi, full_lo, full_hi, rng_ptr + (b * num_m + start_m) * 4, DOC
+    )
+    start, mid_lo, mid_hi, end = _tile_ranges(lo, hi, full_lo, full_hi, BLOCK_N)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    q = q_desc.load([b, h, m0, 0]).reshape(BLOCK_M, HEAD_DIM)
+    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, b, hk, offs_m, doc_m,
+                               doc_ptr, start, mid_lo, qk_scale, shift, left, right, Nk,
+                               BLOCK_N, HEAD_DIM, True, BAND, DOC)  # fmt: skip
+    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, b, hk, offs_m, doc_m,
+                               doc_ptr, mid_lo, mid_hi, qk_scale, shift, left, right, Nk,
+                               BLOCK_N, HEAD_DIM, False, BAND, DOC)  # fmt: skip
+    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, b, hk, offs_m, doc_m,
+                               doc_ptr, mid_hi, end, qk_scale, shift, left, right, Nk,
+                               BLOCK_N, HEAD_DIM, True, BAND, DOC)  # fmt: skip
+
+    # A row that saw no key: output 0, log-sum-exp +inf (so the backward's P is 0).
+    empty = l_i == 0.0
+    l_i = tl.where(empty, 1.0, l_i)
+    out = acc * (1.0 / l_i)[:, None]
+    lse = tl.where(empty, float("inf"), m_i + tl.math.log2(l_i))
+    o_desc.store([b, h, m0, 0], out.to(o_desc.dtype).reshape(1, 1, BLOCK_M, HEAD_DIM))
+    tl.store(lse_ptr + bh.to(tl.int64) * Nq + offs_m, lse, mask=offs_m < Nq)
+
+
+@triton.jit
+def _bwd_preprocess_kernel(o_ptr, do_ptr, delta_ptr, H, Nq,
+                           so_b, so_h, so_m, sdo_b, sdo_h, sdo_m,
+                           HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):  # fmt: skip
+    """``delta = rowsum(dO * O)``: the term of dS = P * (dP - delta) that needs all of a row."""
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = (bh // H).to(tl.int64)
+    h = (bh % H).to(tl.int64)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    rows = offs_m[:, None] < Nq
+    o = tl.load(o_ptr + b * so_b + h * so_h + offs_m[:, None] * so_m + offs_d[None, :],
+                mask=rows, other=0.0)  # fmt: skip
+    do = tl.load(do_ptr + b * sdo_b + h * sdo_h + offs_m[:, None] * sdo_m + offs_d[None, :],
+                 mask=rows, other=0.0)  # fmt: skip
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
+    tl.store(delta_ptr + bh.to(tl.int64) * Nq + offs_m, delta, mask=offs_m < Nq)
+
+
+@triton.jit
+def _bwd_dkdv_inner(dk, dv, k, v, q_desc, do_desc, lse_ptr, delta_ptr, b, h, offs_n, doc_n,
+                    doc_ptr, lo, hi, qk_scale, shift, left, right, Nq, Nk,
+                    BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr,
+                    BAND: tl.constexpr, DOC: tl.constexpr):  # fmt: skip
+    """Accumulate dK and dV of one key tile over query tiles ``[lo, hi)``.
+
+    Works on transposed scores (keys along rows), so that ``P^T`` and ``dS^T`` come
+    out in the layout their products with ``dO`` and ``Q`` need.  Query rows past
+    ``Nq`` load as zeros with a log-sum-exp of +inf: their ``P`` is 0, no mask needed.
+    """
+    for start_m in tl.range(lo, hi, BLOCK_M):
+        start_m = tl.multiple_of(start_m, BLOCK_M)
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        q = q_desc.load([b, h, start_m, 0]).reshape(BLOCK_M, HEAD_DIM)
+        lse = tl.load(lse_ptr + offs_m, mask=offs_m < Nq, other=float("inf"))
+        qkT = tl.dot(k, q.T)
+        if MASKED:
+            # _visible's test with keys along rows (built transposed: no layout shuffle).
+            visT = offs_n[:, None] >= 0
+            if BAND:
+                diag = offs_m + shift
+                visT = visT & (offs_n[:, None] >= (diag - left)[None, :])
+                visT = visT & (offs_n[:, None] <= (diag + right)[None, :])
+            if DOC:
+                doc_m = tl.load(doc_ptr + offs_m, mask=offs_m < Nq, other=-2)
+                visT = visT & (doc_n[:, None] == doc_m[None, :])
+            qkT = tl.where(visT, qkT * qk_scale, float("-inf"))
+            pT = tl.math.exp2(qkT - lse[None, :])
+        else:
+            pT = tl.math.exp2(qkT * qk_scale - lse[None, :])
+        do = do_desc.load([b, h, start_m, 0]).reshape(BLOCK_M, HEAD_DIM)
+        dv = tl.dot(pT.to(do.dtype), do, dv)
+        delta = tl.load(delta_ptr + offs_m, mask=offs_m < Nq, other=0.0)
+        dpT = tl.dot(v, do.T)
+        dsT = pT * (dpT - delta[None, :])
+        dk = tl.dot(dsT.to(q.dtype), q, dk)
+    return dk, dv
+
+
+@triton.jit
+def _bwd_dkdv_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse_ptr, delta_ptr,
+                     doc_ptr, rng_ptr, sm_scale, qk_scale, Hkv, G, Nq, Nk, left, right, num_n,
+                     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BAND: tl.constexpr, DOC: tl.constexpr):  # fmt: skip
+    """One program per (key tile, batch, K/V head): dK and dV, summed over the G query
+    heads that share the K/V head."""
+    pid = tl.program_id(0)
+    bhk = pid // num_n
+    start_n = num_n - 1 - pid % num_n  # under a causal mask the first key tiles work most
+    b = bhk // Hkv
+    hk = bhk % Hkv
+    n0 = start_n * BLOCK_N
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    n_last = tl.minimum(n0 + BLOCK_N, Nk) - 1
+    shift = Nk - Nq
+
+    # Query rows that see some key of the tile, and rows that see all of them.  Key
+    # rows past Nk are never stored, so they need no mask here.
+    lo = tl.maximum(n0 - shift - right, 0)
+    hi = tl.minimum(n_last - shift + left + 1, Nq)
+    full_lo = n_last - shift - right
+    full_hi = n0 - shift + left + 1
+    doc_n = offs_n
+    if DOC:
+        doc_ptr += b * Nk
+        doc_n = tl.load(doc_ptr + offs_n, mask=offs_n < Nk, other=-1)
+    lo, hi, full_lo, full_hi = _doc_bounds(
+        lo, hi, full_lo, full_hi, rng_ptr + (b * num_n + start_n) * 4, DOC
+    )
+    start, mid_lo, mid_hi, end = _tile_ranges(lo, hi, full_lo, full_hi, BLOCK_M)
+
+    k = k_desc.load([b, hk, n0, 0]).reshape(BLOCK_N, HEAD_DIM)
+    v = v_desc.load([b, hk, n0, 0]).reshape(BLOCK_N, HEAD_DIM)
+    dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+    for g in range(G):
+        h = hk * G + g
+        row = (b * Hkv * G + h).to(tl.int64) * Nq
+        dk, dv = _bwd_dkdv_inner(dk, dv, k, v, q_desc, do_desc, lse_ptr + row, delta_ptr + row,
+                                 b, h, offs_n, doc_n, doc_ptr, start, mid_lo, qk_scale, shift,
+                                 left, right, Nq, Nk, BLOCK_M, HEAD_DIM, True, BAND, DOC)  # fmt: skip
+        dk, dv = _bwd_dkdv_inner(dk, dv, k, v, q_desc, do_desc, lse_ptr + row, delta_ptr + row,
+                                 b, h, offs_n, doc_n, doc_ptr, mid_lo, mid_hi, qk_scale, shift,
+                                 left, right, Nq, Nk, BLOCK_M, HEAD_DIM, False, BAND, DOC)  # fmt: skip
+        dk, dv = _bwd_dkdv_inner(dk, dv, k, v, q_desc, do_desc, lse_ptr + row, delta_ptr + row,
+                                 b, h, offs_n, doc_n, doc_ptr, mid_hi, end, qk_scale, shift,
+                                 left, right, Nq, Nk, BLOCK_M, HEAD_DIM, True, BAND, DOC)  # fmt: skip
+    # dS = P * (dP - delta) is the gradient of the scaled scores: dK carries the scale.
+    dk = dk * sm_scale
+    dk_desc.store([b, hk, n0, 0], dk.to(dk_desc.dtype).reshape(1, 1, BLOCK_N, HEAD_DIM))
+    dv_desc.store([b, hk, n0, 0], dv.to(dv_desc.dtype).reshape(1, 1, BLOCK_N, HEAD_DIM))
+
+
+@triton.jit
+def _bwd_dq_inner(dq, q, do, lse, delta, k_desc, v_desc, b, hk, offs_m, doc_m, doc_ptr,
+                  lo, hi, qk_scale, shift, left, right, Nk,
+                  BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr,
+                  BAND: tl.constexpr, DOC: tl.constexpr):  # fmt: skip
+    """Accumulate dQ of one query tile over key tiles ``[lo, hi)``."""
+    for start_n in tl.range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        k = k_desc.load([b, hk, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+        v = v_desc.load([b, hk, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+        qk = tl.dot(q, k.T)
+        if MASKED:
+            offs_n = start_n + tl.arange(0, BLOCK_N)
+            vis = _visible(offs_m, offs_n, doc_m, doc_ptr, shift, left, right, Nk, BAND, DOC)
+            qk = tl.where(vis, qk * qk_scale, float("-inf"))
+            p = tl.math.exp2(qk - lse[:, None])
+        else:
+            p = tl.math.exp2(qk * qk_scale - lse[:, None])
+        dp = tl.dot(do, v.T)
+        ds = p * (dp - delta[:, None])
+        dq = tl.dot(ds.to(k.dtype), k, dq)
+    return dq
+
+
+@triton.jit
+def _bwd_dq_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_ptr, delta_ptr, doc_ptr,
+                   rng_ptr, sm_scale, qk_scale, H, G, Nq, Nk, left, right, num_m,
+                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   BAND: tl.constexpr, DOC: tl.constexpr):  # fmt: skip
+    """One program per (query tile, batch, head): dQ."""
+    pid = tl.program_id(0)
+    bh = pid // num_m
+    start_m = num_m - 1 - pid % num_m
+    b = bh // H
+    h = bh % H
+    hk = h // G
+    m0 = start_m * BLOCK_M
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    m_last = tl.minimum(m0 + BLOCK_M, Nq) - 1
+    shift = Nk - Nq
+
+    lo = tl.maximum(m0 + shift - left, 0)
+    hi = tl.minimum(m_last + shift + right + 1, Nk)
+    full_lo = m_last + shift - left
+    # Keys past Nk load as zeros, so they add nothing to dQ, but their P could
+    # overflow for rows of very negative scores: the last tile keeps its mask.
+    full_hi = tl.minimum(m0 + shift + right + 1, Nk)
+    doc_m = offs_m
+    if DOC:
+        doc_ptr += b * Nk
+        doc_m = tl.load(doc_ptr + offs_m, mask=offs_m < Nq, other=-2)
+    lo, hi, full_lo, full_hi = _doc_bounds(
+        lo, hi, full_lo, full_hi, rng_ptr + (b * num_m + start_m) * 4, DOC
+    )
+    start, mid_lo, mid_hi, end = _tile_ranges(lo, hi, full_lo, full_hi, BLOCK_N)
+
+    row = bh.to(tl.int64) * Nq
+    q = q_desc.load([b, h, m0, 0]).reshape(BLOCK_M, HEAD_DIM)
+    do = do_desc.load([b, h, m0, 0]).reshape(BLOCK_M, HEAD_DIM)
+    lse = tl.load(lse_ptr + row + offs_m, mask=offs_m < Nq, other=float("inf"))
+    delta = tl.load(delta_ptr + row + offs_m, mask=offs_m < Nq, other=0.0)
+    dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    dq = _bwd_dq_inner(dq, q, do, lse, delta, k_desc, v_desc, b, hk, offs_m, doc_m, doc_ptr,
+                       start, mid_lo, qk_scale, shift, left, right, Nk,
+                       BLOCK_N, HEAD_DIM, True, BAND, DOC)  # fmt: skip
+    dq = _bwd_dq_inner(dq, q, do, lse, delta, k_desc, v_desc, b, hk, offs_m, doc_m, doc_ptr,
+                       mid_lo, mid_hi, qk_scale, shift, left, right, Nk,
+                       BLOCK_N, HEAD_DIM, False, BAND, DOC)  # fmt: skip
+    dq = _bwd_dq_inner(dq, q, do, lse, delta, k_desc, v_desc, b, hk, offs_m, doc_m, doc_ptr,
+                       mid_hi, end, qk_scale, shift, left, right, Nk,
+                       BLOCK_N, HEAD_DIM, True, BAND, DOC)  # fmt: skip
+    dq = dq * sm_scale
+    dq_desc.store([b, h, m0, 0], dq.to(dq_desc.dtype).reshape(1, 1, BLOCK_M, HEAD_DIM))
+
+
+# --------------------------------------------------------------------------- configs
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """Tile shape and launch options of one kernel.
+
+    ``block_m`` counts query rows and ``block_n`` key rows, whichever kernel it is.
+    """
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+
+def _kc(bm: int, bn: int, warps: int, stages: int) -> KernelConfig:
+    return KernelConfig(bm, bn, warps, stages)
+
+
+#: Tuned ahead on an H100 (``benchmarks/flash_attention.py --tune``), one entry per
+#: (compute capability, head dim, dtype, causal): the forward, the dK/dV kernel and the
+#: dQ kernel.  Windows and document masks take the causal entry (masked tiles at both
+#: ends of every row).  The D=32 and D=256 entries are compiled and checked, not tuned.
+CONFIGS: dict[tuple[int, int, str, bool], dict[str, KernelConfig]] = {}
+
+
+def _fill_defaults() -> None:
+    for dtype in ("bf16", "fp16"):
+        for causal in (False, True):
+            CONFIGS[(90, 32, dtype, causal)] = {
+                "fwd": _kc(128, 64, 4, 3),
+                "dkdv": _kc(64, 128, 8, 2),
+                "dq": _kc(128, 64, 8, 2),
+            }
+            CONFIGS[(90, 64, dtype, causal)] = {
+                "fwd": _kc(128, 128, 8, 3),
+                "dkdv": _kc(64, 128, 8, 2),
+                "dq": _kc(128, 64, 8, 2),
+            }
+            CONFIGS[(90, 128, dtype, causal)] = {
+                "fwd": _kc(128, 128, 8, 2),
+                "dkdv": _kc(64, 128, 8, 2),
+                "dq": _kc(128, 64, 8, 2),
+            }
+            CONFIGS[(90, 256, dtype, causal)] = {
+                "fwd": _kc(64, 64, 4, 2),
+                "dkdv": _kc(32, 64, 4, 1),
+                "dq": _kc(64, 32, 4, 1),
+            }
+
+
+_fill_defaults()
+
+# Other GPUs (not tuned): tiles that fit in 100 KB of shared memory.
+_FALLBACK = {
+    "fwd": _kc(64, 64, 4, 2),
+    "dkdv": _kc(32, 64, 4, 2),
+    "dq": _kc(64, 32, 4, 2),
+}
+_FALLBACK_256 = {"fwd": _kc(32, 32, 4, 1), "dkdv": _kc(16, 32, 4, 1), "dq": _kc(32, 16, 4, 1)}
+# The interpreter: tiles of 16 keep the emulated programs cheap and make even the
+# small test shapes cross several tiles (and BLOCK_M != BLOCK_N in the forward).
+_INTERPRETER = {"fwd": _kc(32, 16, 4, 1), "dkdv": _kc(16, 32, 4, 1), "dq": _kc(32, 16, 4, 1)}
+_DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+
+
+def pick_configs(
+    head_dim: int, dtype: torch.dtype, causal: bool, device: torch.device
+) -> dict[str, KernelConfig]:
+    """The committed configurations for a call: ``{"fwd", "dkdv", "dq"}`` to KernelConfig."""
+    if device.type != "cuda":
+        return _INTERPRETER
+    major, minor = torch.cuda.get_device_capability(device)
+    key = (major * 10 + minor, head_dim, _DTYPE_NAMES[dtype], bool(causal))
+    if key in CONFIGS:
+        return CONFIGS[key]
+    if major == 9:  # H100 and H200 share the sm_90 tables
+        return CONFIGS[(90, *key[1:])]
+    return _FALLBACK_256 if head_dim == 256 else _FALLBACK
+
+
+# --------------------------------------------------------------------------- masks
+
+
+@dataclass(frozen=True)
+class _Mask:
+    """The band every query sees, in the kernels' terms: keys j with
+    ``i' - left <= j <= i' + right``; an unbounded side is ``Nq + Nk``."""
+
+    left: int
+    right: int
+    band: bool  # False: no causal mask and no window (only the padding past Nk)
+
+
+def _mask_for(causal: bool, window, nq: int, nk: int) -> _Mask:
+    far = nq + nk  # past every key from every query: an unbounded side
+    left, right = window if window is not None else (None, None)
+    band = bool(causal) or left is not None or right is not None
+    left = far if left is None else max(-far, min(int(left), far))
+    right = far if right is None else max(-far, min(int(right), far))
+    if causal:
+        right = min(right, 0)
+    return _Mask(left, right, band)
+
+
+def document_ranges(document_ids: torch.Tensor, block: int) -> torch.Tensor:
+    """Per tile of ``block`` positions: the positions its rows may see, and those all of
+    its rows see, under a document mask: ``(B, cdiv(N, block), 4)`` int32 holding
+    ``lo, hi, full_lo, full_hi`` (half-open).
+
+    The mask is symmetric, so the same ranges serve query tiles (forward, dQ) and key
+    tiles (dK/dV).  For sorted ids (packed sequences) a tile whose ids run from ``a``
+    to ``b`` sees exactly the positions of documents ``a..b``, and all of a
+    one-document tile's rows see its whole document.  Rows of unsorted ids get the
+    whole sequence and no fully visible part: the element mask alone decides there.
+    Computed on the device with no host synchronisation.
+    """
+    ids = document_ids.to(torch.int64).contiguous()
+    _batch, n = ids.shape
+    starts = torch.arange(0, n, block, device=ids.device)
+    first = ids[:, starts]
+    last = ids[:, torch.clamp(starts + block - 1, max=n - 1)]
+    lo = torch.searchsorted(ids, first)
+    hi = torch.searchsorted(ids, last, right=True)
+    single = first == last
+    full_lo = torch.where(single, lo, 0)
+    full_hi = torch.where(single, torch.searchsorted(ids, first, right=True), 0)
+    ranges = torch.stack((lo, hi, full_lo, full_hi), dim=-1)
+    if n > 1:
+        ordered = (ids[:, 1:] >= ids[:, :-1]).all(dim=1)[:, None, None]
+        whole = torch.tensor([0, n, 0, 0], device=ids.device)
+        ranges = torch.where(ordered, ranges, whole)
+    return ranges.to(torch.int32).contiguous()
+
+
+# --------------------------------------------------------------------------- launchers
+
+
+def _descriptor(t: torch.Tensor, block_rows: int) -> TensorDescriptor:
+    """A descriptor of the 4-D ``t`` (batch, heads, rows, D) giving ``block_rows x D`` tiles."""
+    shape = list(t.shape)
+    strides = list(t.stride())
+    # A dimension of size 1 is never stepped along: give it a stride TMA accepts.
+    for i in (2, 1, 0):
+        if shape[i] == 1:
+            strides[i] = strides[i + 1] * shape[i + 1]
+    return TensorDescriptor(t, shape, strides, [1, 1, block_rows, shape[3]])
+
+
+def _tma_ready(t: torch.Tensor) -> bool:
+    """Whether a tensor descriptor can read ``t`` in place: unit stride along D, the
+    other strides (of dimensions longer than 1) positive multiples of 16 bytes, and a
+    16-byte aligned start."""
+    if t.data_ptr() % 16 or t.stride(3) != 1:
+        return False
+    step = 16 // t.element_size()
+    return all(
+        size == 1 or (s > 0 and s % step == 0)
+        for size, s in zip(t.shape[:3], t.stride()[:3], strict=False)
+    )
+
+
+def _ready(t: torch.Tensor) -> torch.Tensor:
+    return t if _tma_ready(t) else t.contiguous()
+
+
+def _grid_1d(tiles: int, rows: int):
+    return (tiles * rows,)
+
+
+def attention_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    sm_scale: float,
+    mask: _Mask,
+    document_ids: torch.Tensor | None,
+    config: KernelConfig,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Launch the forward kernel on checked, descriptor-ready inputs.
+
+    Returns ``O`` (B, H, Nq, D) in q's dtype and the base-2 log-sum-exp of the scaled
+    scores (B, H, Nq) in float32 (``+inf`` for rows that see no key).
+    """
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    o = torch.empty((B, H, Nq, D), dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
+    bm, bn = config.block_m, config.block_n
+    num_m = triton.cdiv(Nq, bm)
+    doc = document_ids
+    rng = document_ranges(doc, bm) if doc is not None else lse
+    with device_guard(q):
+        if q.is_cuda:
+            ensure_cuda_context(q.device)
+        _fwd_kernel[_grid_1d(num_m, B * H)](
+            _descriptor(q, bm), _descriptor(k, bn), _descriptor(v, bn), _descriptor(o, bm),
+            lse, doc if doc is not None else lse, rng,
+            sm_scale * _LOG2E, H, H // Hkv, Nq, Nk, mask.left, mask.right, num_m,
+            HEAD_DIM=D, BLOCK_M=bm, BLOCK_N=bn, BAND=mask.band, DOC=doc is not None,
+            num_warps=config.num_warps, num_stages=config.num_stages,
+        )  # fmt: skip
+    return o, lse
+
+
+def launch_preprocess(o: torch.Tensor, do: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """``delta[b, h, i] = sum_d dO * O`` into the float32 ``delta`` (B, H, Nq)."""
+    B, H, Nq, D = o.shape
+    block = 64
+    with device_guard(o):
+        _bwd_preprocess_kernel[(triton.cdiv(Nq, block), B * H)](
+            o, do, delta, H, Nq, o.stride(0), o.stride(1), o.stride(2),
+            do.stride(0), do.stride(1), do.stride(2), HEAD_DIM=D, BLOCK_M=block,
+        )  # fmt: skip
+    return delta
+
+
+def launch_dkdv(q, k, v, do, lse, delta, dk, dv, *, sm_scale, mask, document_ids, config):
+    """dK and dV into ``dk`` and ``dv`` (B, Hkv, Nk, D), summed over grouped query heads."""
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    bm, bn = config.block_m, config.block_n
+    num_n = triton.cdiv(Nk, bn)
+    doc = document_ids
+    rng = document_ranges(doc, bn) if doc is not None else lse
+    with device_guard(q):
+        if q.is_cuda:
+            ensure_cuda_context(q.device)
+        _bwd_dkdv_kernel[_grid_1d(num_n, B * Hkv)](
+            _descriptor(q, bm), _descriptor(k, bn), _descriptor(v, bn), _descriptor(do, bm),
+            _descriptor(dk, bn), _descriptor(dv, bn), lse, delta,
+            doc if doc is not None else lse, rng,
+            sm_scale, sm_scale * _LOG2E, Hkv, H // Hkv, Nq, Nk, mask.left, mask.right, num_n,
+            HEAD_DIM=D, BLOCK_M=bm, BLOCK_N=bn, BAND=mask.band, DOC=doc is not None,
+            num_warps=config.num_warps, num_stages=config.num_stages,
+        )  # fmt: skip
+    return dk, dv
+
+
+def launch_dq(q, k, v, do, lse, delta, dq, *, sm_scale, mask, document_ids, config):
+    """dQ into ``dq`` (B, H, Nq, D)."""
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    bm, bn = config.block_m, config.block_n
+    num_m = triton.cdiv(Nq, bm)
+    doc = document_ids
+    rng = document_ranges(doc, bm) if doc is not None else lse
+    with device_guard(q):
+        if q.is_cuda:
+            ensure_cuda_context(q.device)
+        _bwd_dq_kernel[_grid_1d(num_m, B * H)](
+            _descriptor(q, bm), _descriptor(k, bn), _descriptor(v, bn), _descriptor(do, bm),
+            _descriptor(dq, bm), lse, delta, doc if doc is not None else lse, rng,
+            sm_scale, sm_scale * _LOG2E, H, H // Hkv, Nq, Nk, mask.left, mask.right, num_m,
+            HEAD_DIM=D, BLOCK_M=bm, BLOCK_N=bn, BAND=mask.band, DOC=doc is not None,
+            num_warps=config.num_warps, num_stages=config.num_stages,
+        )  # fmt: skip
+    return dq
+
+
+def attention_backward(
+    do: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    lse: torch.Tensor,
+    *,
+    sm_scale: float,
+    mask: _Mask,
+    document_ids: torch.Tensor | None,
+    configs: dict[str, KernelConfig],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients ``(dq, dk, dv)`` from the forward's ``o`` and ``lse``: the rowsum(dO*O)
+    preprocess, then the dK/dV kernel and the dQ kernel."""
+    do = _ready(do)
+    delta = launch_preprocess(o, do, torch.empty_like(lse))
+    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    kw = {"sm_scale": sm_scale, "mask": mask, "document_ids": document_ids}
+    launch_dkdv(q, k, v, do, lse, delta, dk, dv, config=configs["dkdv"], **kw)
+    launch_dq(q, k, v, do, lse, delta, dq, config=configs["dq"], **kw)
+    return dq, dk, dv
+
+
+class FlashAttentionFunction(torch.autograd.Function):
+    """Autograd for :func:`flash_attention`; the inputs arrive checked and descriptor-ready."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, document_ids, sm_scale, mask, configs):
+        B, H, Nq, D = q.shape
+        Nk = k.shape[2]
+        if Nk == 0 or q.numel() == 0:  # nothing to launch: every query sees no key
+            o = torch.zeros((B, H, Nq, D), dtype=q.dtype, device=q.device)
+            lse = torch.full((B, H, Nq), float("inf"), device=q.device)
+        else:
+            o, lse = attention_forward(
+                q, k, v, sm_scale=sm_scale, mask=mask, document_ids=document_ids,
+                config=configs["fwd"],
+            )  # fmt: skip
+        ctx.save_for_backward(q, k, v, o, lse, document_ids)
+        ctx.sm_scale, ctx.mask, ctx.configs = sm_scale, mask, configs
+        return o
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, do):
+        q, k, v, o, lse, document_ids = ctx.saved_tensors
+        if k.shape[2] == 0 or q.numel() == 0:
+            return (
+                torch.zeros_like(q),
+                torch.zeros_like(k),
+                torch.zeros_like(v),
+                None,
+                None,
+                None,
+                None,
+            )
+        dq, dk, dv = attention_backward(
+            do, q, k, v, o, lse, sm_scale=ctx.sm_scale, mask=ctx.mask,
+            document_ids=document_ids, configs=ctx.configs,
+        )  # fmt: skip
+        return dq, dk, dv, None, None, None, None
+
+
+# --------------------------------------------------------------------------- public API
+
+_OP = "flash_attention"
+
+
+def _check_int_or_none(value: object, what: str) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise TypeError(f"{_OP}: {what} must be an int or None, got {type(value).__name__}")
+
+
+def _check_args(q, k, v, causal, sm_scale, window, document_ids) -> None:
+    """Every check of flash_attention's arguments; raises TypeError or ValueError."""
+    dtypes = _GPU_DTYPES if runtime.is_gpu() else _CPU_DTYPES
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_tensor(t, name, _OP, dtypes=dtypes, ndim=4)
+    check_same_dtype_device(q, k, ("q", "k"), _OP)
+    check_same_dtype_device(q, v, ("q", "v"), _OP)
+    B, H, _, D = q.shape
+    if k.shape != v.shape:
+        raise ValueError(
+            f"{_OP}: k and v must have the same shape (B, Hkv, Nk, D), got {tuple(k.shape)} "
+            f"and {tuple(v.shape)}"
+        )
+    if k.shape[0] != B:
+        raise ValueError(f"{_OP}: q has batch {B} but k and v have batch {k.shape[0]}")
+    if k.shape[3] != D:
+        raise ValueError(f"{_OP}: q has head dim {D} but k and v have head dim {k.shape[3]}")
+    hkv = k.shape[1]
+    if hkv == 0 or H % hkv:
+        raise ValueError(
+            f"{_OP}: the query heads ({H}) must be a multiple of the key/value heads ({hkv}) "
+            "(grouped-query attention)"
+        )
+    if D not in HEAD_DIMS:
+        raise ValueError(
+            f"{_OP}: head dim {D} is not supported; supported: {', '.join(map(str, HEAD_DIMS))}"
+        )
+    if not isinstance(causal, bool):
+        raise TypeError(f"{_OP}: causal must be a bool, got {type(causal).__name__}")
+    if sm_scale is not None:
+        if isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float)):
+            raise TypeError(
+                f"{_OP}: sm_scale must be a float or None, got {type(sm_scale).__name__}"
+            )
+        if not (math.isfinite(sm_scale) and sm_scale > 0):
+            raise ValueError(f"{_OP}: sm_scale must be a finite positive number, got {sm_scale}")
+    if window is not None:
+        if not isinstance(window, (tuple, list)) or len(window) != 2:
+            raise TypeError(f"{_OP}: window must be a (left, right) pair or None, got {window!r}")
+        _check_int_or_none(window[0], "window's left bound")
+        _check_int_or_none(window[1], "window's right bound")
+    if document_ids is not None:
+        check_tensor(document_ids, "document_ids", _OP, dtypes=_DOC_DTYPES, ndim=2)
+        if document_ids.device != q.device:
+            raise ValueError(
+                f"{_OP}: document_ids is on {document_ids.device} but q is on {q.device}"
+            )
+        nq, nk = q.shape[2], k.shape[2]
+        if nq != nk:
+            raise ValueError(
+                f"{_OP}: document_ids needs as many queries as keys, got Nq={nq} and Nk={nk}"
+            )
+        if tuple(document_ids.shape) != (B, nq):
+            raise ValueError(
+                f"{_OP}: document_ids must have shape (B, N) = ({B}, {nq}), got "
+                f"{tuple(document_ids.shape)}"
+            )
+
+
+_DOC_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
+
+
+@torch.compiler.disable  # opaque to torch.compile: see tilebook.ops docstring
+def flash_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    sm_scale: float | None = None,
+    window: tuple[int | None, int | None] | None = None,
+    document_ids: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Scaled dot-product attention by Triton kernels, with autograd.
+
+    ``softmax(q @ k^T * sm_scale + mask) @ v`` without materialising the scores.
+
+    Parameters
+    ----------
+    q
+        ``(B, H, Nq, D)`` queries; float16 or bfloat16 on a GPU (float32 too under the
+        interpreter).  ``D`` is one of 32, 64, 128, 256.
+    k, v
+        ``(B, Hkv, Nk, D)`` keys and values of q's dtype and device, with ``H`` a
+        multiple of ``Hkv``: grouped-query (and, with ``Hkv = 1``, multi-query)
+        attention.  Query head ``h`` uses key/value head ``h // (H // Hkv)``.  Any
+        ``Nq`` and ``Nk``, equal or not.
+    causal
+        Query ``i`` sees key ``j`` when ``j <= i + Nk - Nq`` (bottom-right aligned, as
+        in FlashAttention; the usual causal mask when ``Nq == Nk``).
+    sm_scale
+        The scale of the scores, a positive number; ``1 / sqrt(D)`` by default.
+    window
+        ``(left, right)``: query ``i`` sees keys ``j`` with
+        ``i' - left <= j <= i' + right``, where ``i' = i + Nk - Nq``; either bound may
+        be None (unbounded).  Combines with ``causal``.
+    document_ids
+        ``(B, N)`` integer tensor (``Nq == Nk == N``): a query sees only keys of its
+        own document (packed sequences).  Combines with ``causal`` and ``window``.
+        Sorted ids (each document contiguous) let whole tiles be skipped; other ids
+        are masked element by element over the whole sequence.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, H, Nq, D)`` in q's dtype (a new contiguous tensor).  A query that sees
+        no key gets 0, and zero gradients.
+
+    Tiles whose keys are all masked are skipped, so the time falls with the visible
+    area.  Inputs are read in place when their last dimension is contiguous and
+    their other strides and start are 16-byte aligned (any layout of B, H and N,
+    such as ``(B, N, H, D).transpose(1, 2)``); other inputs are copied first.
+    Gradients flow to q, k and v; for grouped heads, dK and dV sum over the query
+    heads sharing a key/value head.
+
+    Examples
+    --------
+    >>> o = tilebook.flash_attention(q, k, v, causal=True)   # doctest: +SKIP
+    """
+    _check_args(q, k, v, causal, sm_scale, window, document_ids)
+    D = q.shape[3]
+    scale = float(sm_scale) if sm_scale is not None else 1.0 / math.sqrt(D)
+    nq, nk = q.shape[2], k.shape[2]
+    mask = _mask_for(causal, window, nq, nk)
+    banded = mask.band or document_ids is not None
+    configs = pick_configs(D, q.dtype, banded, q.device)
+    doc = document_ids.contiguous() if document_ids is not None else None
+    return FlashAttentionFunction.apply(_ready(q), _ready(k), _ready(v), doc, scale, mask, configs)
+
+
+def compile_ahead(
+    kernel: str,
+    config: KernelConfig,
+    head_dim: int = 128,
+    dtype: str = "bf16",
+    *,
+    band: bool = False,
+    documents: bool = False,
+    arch: int = 90,
+):
+    """Compile ``"fwd"``, ``"dkdv"`` or ``"dq"`` for ``sm_<arch>`` without a GPU, as a launch
+    with ``config`` would; returns a :class:`tilebook.aot.CompiledKernel` (SASS,
+    registers, spills).  ``dtype`` is Triton's name ("bf16", "fp16")."""
+    from ..aot import compile_kernel
+
+    bm, bn = config.block_m, config.block_n
+
+    def desc(rows):
+        return f"tensordesc<{dtype}[1, 1, {rows}, {head_dim}]>"
+
+    ints = ("Nq", "Nk", "left", "right")
+    common = {"lse_ptr": "*fp32", "doc_ptr": "*i64", "rng_ptr": "*i32"}
+    consts = {"HEAD_DIM": head_dim, "BLOCK_M": bm, "BLOCK_N": bn, "BAND": band, "DOC": documents}
+    if kernel == "fwd":
+        sig = {"q_desc": desc(bm), "k_desc": desc(bn), "v_desc": desc(bn), "o_desc": desc(bm),
+               **common, "qk_scale": "fp32", "H": "i32", "G": "i32",
+               **dict.fromkeys(ints, "i32"), "num_m": "i32"}  # fmt: skip
+        name = "_fwd_kernel"
+    elif kernel == "dkdv":
+        sig = {"q_desc": desc(bm), "k_desc": desc(bn), "v_desc": desc(bn), "do_desc": desc(bm),
+               "dk_desc": desc(bn), "dv_desc": desc(bn), "lse_ptr": "*fp32",
+               "delta_ptr": "*fp32", "doc_ptr": "*i64", "rng_ptr": "*i32",
+               "sm_scale": "fp32", "qk_scale": "fp32", "Hkv": "i32", "G": "i32",
+               **dict.fromkeys(ints, "i32"), "num_n": "i32"}  # fmt: skip
+        name = "_bwd_dkdv_kernel"
+    elif kernel == "dq":
+        sig = {"q_desc": desc(bm), "k_desc": desc(bn), "v_desc": desc(bn), "do_desc": desc(bm),
+               "dq_desc": desc(bm), "lse_ptr": "*fp32", "delta_ptr": "*fp32",
+               "doc_ptr": "*i64", "rng_ptr": "*i32", "sm_scale": "fp32", "qk_scale": "fp32",
+               "H": "i32", "G": "i32", **dict.fromkeys(ints, "i32"), "num_m": "i32"}  # fmt: skip
+        name = "_bwd_dq_kernel"
+    else:
+        raise ValueError(f"compile_ahead: kernel must be 'fwd', 'dkdv' or 'dq', got {kernel!r}")
+    return compile_kernel(
+        f"tilebook.ops.flash_attention:{name}",
+        sig,
+        consts,
+        arch=arch,
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
+    )
