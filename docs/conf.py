@@ -32,8 +32,16 @@ extensions = [
     "sphinx_design",
     "sphinx_copybutton",
     "sphinx_gallery.gen_gallery",
-    "tilebook_ext",  # :datasheet: role, datasheet and records tables (docs/_ext)
+    "tilebook_ext",  # :datasheet: and :repo: roles, install commands, records (docs/_ext)
+    "tilebook_notebooks",  # lesson notebooks with Markdown, not raw reST (docs/_ext)
 ]
+
+# The one setting that connects the site to its repository: clone and install
+# commands, "view source" links, "Open in Colab" and the notebooks' install cell.
+# Off when unset.
+tilebook_repo_url = os.environ.get("TILEBOOK_REPO_URL") or None
+tilebook_repo_branch = os.environ.get("TILEBOOK_REPO_BRANCH", "main")
+tilebook_pages_branch = os.environ.get("TILEBOOK_PAGES_BRANCH", "gh-pages")
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 exclude_patterns = ["_build", "**.ipynb_checkpoints", "lessons/**/*.py", "lessons/**/*.ipynb"]
@@ -91,15 +99,14 @@ sphinx_gallery_conf = {
     "only_warn_on_example_error": False,
     "show_memory": False,
     "min_reported_time": 0,
-    "first_notebook_cell": (
-        "# Run on a CUDA GPU for live measurements, or on any CPU through Triton's\n"
-        "# interpreter. Needs the tilebook package: pip install tilebook"
-    ),
+    # tilebook_notebooks rewrites the notebooks with its own first cells.
+    "first_notebook_cell": None,
 }
 
 html_theme = "pydata_sphinx_theme"
 html_title = "tilebook"
 html_static_path = ["_static"]
+templates_path = ["_templates"]
 html_favicon = "_static/favicon.svg"
 html_logo = "_static/favicon.svg"
 html_css_files = ["tilebook.css"]
@@ -108,7 +115,7 @@ html_theme_options = {
     "show_toc_level": 2,
     "navigation_with_keys": False,
     "header_links_before_dropdown": 6,
-    "secondary_sidebar_items": ["page-toc", "sg_download_links", "sg_launcher_links"],
+    "secondary_sidebar_items": ["page-toc", "sg_download_links", "tilebook-colab"],
     "footer_start": ["copyright"],
     "footer_end": ["theme-version"],
 }

@@ -1,14 +1,27 @@
-"""Sphinx pieces of the tilebook site: datasheet facts, the records table.
+"""Sphinx pieces of the tilebook site.
 
-``:datasheet:`h100.hbm_bandwidth``` renders a published figure from
-:mod:`tilebook.datasheet` (value and unit) as a link to its row, with its
-source, in the datasheet table of the glossary page.  It is how a lesson's
-prose states a hardware figure without typing a number.
+* ``:datasheet:`h100.hbm_bandwidth``` renders a published figure from
+  :mod:`tilebook.datasheet` (value and unit) as a link to its row, with its
+  source, in the datasheet table of the glossary page.  It is how a lesson's
+  prose states a hardware figure without typing a number.
+* ``:repo:`benchmarks/softmax.py``` links a file of the repository ("view
+  source") when the site knows the repository's URL, and checks that the file
+  exists either way.
+* ``tilebook-install`` shows the commands that get a reader from the page to a
+  running lesson, from the same URL; ``tilebook-records`` lists the
+  measurements behind the site; ``datasheet-table`` the datasheet.
+* Each lesson page gets an "Open in Colab" link when the URL is a GitHub one.
+
+The URL is one setting: ``tilebook_repo_url`` in ``conf.py``, which reads the
+environment variable ``TILEBOOK_REPO_URL`` (unset: no links, and the pages say
+how to work from a clone).
 """
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
 from pathlib import Path
 
 from docutils import nodes
@@ -124,7 +137,94 @@ class RecordsTable(Directive):
         return out
 
 
+def _repo(app) -> tuple[str | None, str]:
+    url = (app.config.tilebook_repo_url or "").rstrip("/") or None
+    return url, app.config.tilebook_repo_branch
+
+
+class RepoRole(SphinxRole):
+    """A file of the repository: a link to it when the URL is known, else its path."""
+
+    def run(self):
+        label, _, target = self.text.partition(" <")
+        target = (target.rstrip(">") if target else label).strip()
+        root = Path(self.env.app.srcdir).parent
+        if not (root / target).exists():
+            msg = self.inliner.reporter.error(
+                f"repo role: {target!r} is not a file of the repository", line=self.lineno
+            )
+            return [self.inliner.problematic(self.rawtext, self.rawtext, msg)], [msg]
+        url, branch = _repo(self.env.app)
+        text = nodes.literal(text=label.strip())
+        if url is None:
+            return [text], []
+        kind = "tree" if (root / target).is_dir() else "blob"
+        ref = nodes.reference("", "", internal=False, refuri=f"{url}/{kind}/{branch}/{target}")
+        ref += text
+        return [ref], []
+
+
+class InstallCommands(Directive):
+    """How a reader gets tilebook, from the configured repository URL."""
+
+    has_content = False
+
+    def run(self):
+        url, _ = _repo(self.state.document.settings.env.app)
+        if url:
+            code = (
+                f"git clone {url} tilebook && cd tilebook\n"
+                "python -m pip install .\n"
+                "# or, without a clone:\n"
+                f'python -m pip install "tilebook @ git+{url}"'
+            )
+        else:
+            code = (
+                "# this build of the site names no repository URL (TILEBOOK_REPO_URL);\n"
+                "# from a copy of the tilebook repository:\n"
+                "cd tilebook\n"
+                "python -m pip install ."
+            )
+        block = nodes.literal_block(code, code)
+        block["language"] = "bash"
+        return [block]
+
+
+def _lesson_context(app, pagename, templatename, context, doctree):
+    """Colab and source links for lesson pages."""
+    url, _ = _repo(app)
+    context["tilebook_colab_url"] = None
+    m = re.fullmatch(r"lessons/(\w+)/(\d\d_\w+)", pagename)
+    if not m or url is None:
+        return
+    gh = re.fullmatch(r"https://github\.com/([^/]+)/([^/]+?)(?:\.git)?", url)
+    if gh:
+        owner, repo = gh.groups()
+        context["tilebook_colab_url"] = (
+            f"https://colab.research.google.com/github/{owner}/{repo}/blob/"
+            f"{app.config.tilebook_pages_branch}/notebooks/{m.group(2)}.ipynb"
+        )
+
+
+def _copy_notebooks(app, exception):
+    """Put every lesson notebook at a stable path of the site, ``notebooks/NN_name.ipynb``
+    (what the Colab links open, once the site is published on the pages branch)."""
+    if exception is not None or app.builder.format != "html":
+        return
+    out = Path(app.outdir) / "notebooks"
+    out.mkdir(exist_ok=True)
+    for nb in (Path(app.srcdir) / "lessons").glob("*/[0-9][0-9]_*.ipynb"):
+        shutil.copyfile(nb, out / nb.name)
+
+
 def setup(app):
+    app.add_config_value("tilebook_repo_url", None, "html")
+    app.add_config_value("tilebook_repo_branch", "main", "html")
+    app.add_config_value("tilebook_pages_branch", "gh-pages", "html")
+    app.add_role("repo", RepoRole())
+    app.add_directive("tilebook-install", InstallCommands)
+    app.connect("html-page-context", _lesson_context)
+    app.connect("build-finished", _copy_notebooks)
     app.add_role("datasheet", DatasheetRole())
     app.add_directive("datasheet-table", DatasheetTable)
     app.add_directive("tilebook-records", RecordsTable)

@@ -1,0 +1,272 @@
+"""Lesson notebooks that read well and run: Markdown cells without raw reST.
+
+sphinx-gallery turns each lesson's text blocks into notebook Markdown, but only
+part of reStructuredText survives (directives such as ``.. dropdown::`` and
+roles such as ``:func:`` appear as raw text, and the exercises' solutions sit in
+plain view).  After sphinx-gallery has written the notebooks, this extension
+writes them again from the lesson scripts, converting the reST subset the
+lessons use into Markdown (solutions fold into ``<details>``), and puts a first
+cell that installs tilebook when it is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zipfile
+from pathlib import Path
+
+from sphinx_gallery.py_source_parser import split_code_and_text_blocks
+
+_HEADING = {"=": "#", "-": "##", "~": "###", "^": "####"}
+
+
+def _fact_text(key: str) -> str:
+    from tilebook.datasheet import fact
+
+    try:
+        return fact(key).text()
+    except KeyError:
+        return key
+
+
+def _inline(text: str, repo_url: str | None, branch: str) -> str:
+    def role(m: re.Match) -> str:
+        name, body = m.group(1), m.group(2)
+        label, _, target = body.partition(" <")
+        target = target.rstrip(">") if target else label
+        if name == "math":
+            return f"${body}$"
+        if name == "datasheet":
+            return _fact_text(body.strip())
+        if name in ("term", "doc", "ref"):
+            return label.strip()
+        if name == "repo":
+            if repo_url:
+                return f"[`{label.strip()}`]({repo_url}/blob/{branch}/{target.strip()})"
+            return f"`{label.strip()}`"
+        shown = label.strip().lstrip("~")
+        if label.strip().startswith("~"):
+            shown = shown.rsplit(".", 1)[-1]
+        return f"`{shown}`"
+
+    text = re.sub(r":([a-z]+)(?::[a-z]+)?:`([^`]+)`", role, text)
+    text = re.sub(r"``(.+?)``", lambda m: f"`{m.group(1)}`", text)
+    text = re.sub(r"`([^`<]+?)\s*<(https?://[^>]+)>`_+", r"[\1](\2)", text)
+    return text
+
+
+def _indent_of(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def rst_to_markdown(text: str, repo_url: str | None = None, branch: str = "main") -> str:
+    """Convert the reStructuredText subset of tilebook's lessons to Markdown."""
+    # A role or literal may wrap over lines: join it first, so it converts whole.
+    text = re.sub(
+        r"(:[a-z]+:`[^`]*`|``[^`]+``)",
+        lambda m: re.sub(r"\s*\n\s*", " ", m.group(1)),
+        text,
+    )
+    lines = text.splitlines()
+    out: list[str] = []
+    i = 0
+
+    def block(start: int, base: int) -> tuple[list[str], int]:
+        """The lines indented deeper than ``base`` from ``start`` on (blank lines kept)."""
+        body, j = [], start
+        while j < len(lines) and (not lines[j].strip() or _indent_of(lines[j]) > base):
+            body.append(lines[j])
+            j += 1
+        while body and not body[-1].strip():
+            body.pop()
+            j -= 1
+        while body and not body[0].strip():
+            body.pop(0)
+        width = min((_indent_of(b) for b in body if b.strip()), default=0)
+        return [b[width:] for b in body], j
+
+    while i < len(lines):
+        line = lines[i]
+        stripped = line.strip()
+        indent = _indent_of(line)
+        nxt = lines[i + 1] if i + 1 < len(lines) else ""
+        # Section titles: a line underlined (and maybe overlined) with = - ~ ^
+        if stripped and re.fullmatch(r"([=\-~^])\1{2,}", nxt.strip() or "x") and indent == 0:
+            level = _HEADING[nxt.strip()[0]]
+            out.append(f"{level} {_inline(stripped, repo_url, branch)}")
+            i += 2
+            continue
+        if re.fullmatch(r"([=\-~^])\1{2,}", stripped) and out[-1:] != [""]:
+            i += 1
+            continue
+        m = re.match(r"\.\. (\w[\w-]*)::\s*(.*)$", stripped)
+        if m:
+            kind, arg = m.group(1), m.group(2)
+            j = i + 1
+            while j < len(lines) and re.match(r"\s*:\w[\w-]*:", lines[j]) and lines[j].strip():
+                j += 1  # directive options
+            body, end = block(j, indent)
+            if kind == "rubric":
+                out.append(f"**{_inline(arg, repo_url, branch)}**")
+            elif kind == "math":
+                out += ["$$", *([arg] if arg else []), *body, "$$"]
+            elif kind in ("code-block", "code"):
+                out += [f"```{arg or 'python'}", *body, "```"]
+            elif kind == "dropdown":
+                inner = rst_to_markdown("\n".join(body), repo_url, branch)
+                out += ["<details>", f"<summary>{arg or 'Details'}</summary>", "", inner, "",
+                        "</details>"]  # fmt: skip
+            elif kind in ("note", "warning", "tip", "important", "seealso"):
+                inner = rst_to_markdown("\n".join(([arg] if arg else []) + body), repo_url, branch)
+                quoted = [f"> {q}" if q else ">" for q in inner.splitlines()]
+                out += [f"> **{kind.capitalize()}:**", *quoted]
+            else:  # an unknown directive: keep its content as plain text
+                out += [rst_to_markdown("\n".join(body), repo_url, branch)]
+            out.append("")
+            i = end
+            continue
+        # A simple table (==== ==== rules): keep it preformatted.
+        if re.fullmatch(r"=+(\s+=+)+", stripped):
+            j = i + 1
+            while j < len(lines) and lines[j].strip():
+                j += 1
+            out += ["```text", *[ln[indent:] for ln in lines[i:j]], "```"]
+            i = j
+            continue
+        # A definition list item: a term line followed by a deeper indented paragraph.
+        if (
+            stripped
+            and nxt.strip()
+            and _indent_of(nxt) > indent
+            and not re.match(r"(\d+\.|[-*])\s", stripped)
+            and not stripped.endswith("::")
+        ):
+            body, end = block(i + 1, indent)
+            term = _inline(stripped, repo_url, branch)
+            desc = " ".join(rst_to_markdown("\n".join(body), repo_url, branch).split())
+            out.append(" " * indent + f"- **{term}**: {desc}")
+            i = end
+            continue
+        if stripped.endswith("::") and not stripped.startswith(".."):
+            # "text::" introduces a literal block
+            out.append(_inline(line[:-1] if stripped != "::" else "", repo_url, branch))
+            body, end = block(i + 1, indent)
+            out += ["```", *body, "```"]
+            i = end
+            continue
+        out.append(_inline(line, repo_url, branch))
+        i += 1
+    md = "\n".join(out)
+    return re.sub(r"\n{3,}", "\n\n", md).strip() + "\n"
+
+
+def first_cells(repo_url: str | None) -> list[dict]:
+    """A Markdown cell on how to run the lesson, and a cell that installs tilebook."""
+    where = (
+        f"from [its repository]({repo_url})"
+        if repo_url
+        else "from a copy of its repository (no repository URL was set for this build)"
+    )
+    text = (
+        "**Running this notebook.** It needs the `tilebook` package (which brings "
+        "PyTorch, Triton, NumPy and Matplotlib). The next cell installs it "
+        f"{where} when it is missing. Offline, install it from a clone or a wheel "
+        "instead: `pip install /path/to/tilebook`.\n\n"
+        "On a CUDA GPU (in Colab: *Runtime > Change runtime type > T4 GPU*) the "
+        "lesson runs its kernels at full size and measures them live. Without one, "
+        "`import tilebook` switches to Triton's interpreter: the kernels run on the "
+        "CPU at small sizes, and the plots show measurements recorded on a GPU, "
+        "captioned with where and when. Set `TILEBOOK_MODE` to `gpu` or `cpu` "
+        "before importing tilebook to choose."
+    )
+    if repo_url:
+        install = (
+            "import importlib.util, subprocess, sys\n\n"
+            'if importlib.util.find_spec("tilebook") is None:\n'
+            f'    url = "git+{repo_url}"\n'
+            '    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", url])\n'
+            "# import os; os.environ['TILEBOOK_MODE'] = 'cpu'  # force the interpreter"
+        )
+    else:
+        install = (
+            "import importlib.util\n\n"
+            'if importlib.util.find_spec("tilebook") is None:\n'
+            "    raise ModuleNotFoundError(\n"
+            '        "tilebook is not installed: pip install /path/to/your/tilebook/clone"\n'
+            "    )\n"
+            "# import os; os.environ['TILEBOOK_MODE'] = 'cpu'  # force the interpreter"
+        )
+    return [_md(text), _code(install)]
+
+
+def _md(text: str) -> dict:
+    return {"cell_type": "markdown", "metadata": {}, "source": text}
+
+
+def _code(src: str) -> dict:
+    return {
+        "cell_type": "code",
+        "execution_count": None,
+        "metadata": {"collapsed": False},
+        "outputs": [],
+        "source": src,
+    }
+
+
+def lesson_notebook(script: Path, repo_url: str | None, branch: str = "main") -> dict:
+    """The notebook of one lesson script."""
+    _, blocks = split_code_and_text_blocks(str(script))
+    cells = first_cells(repo_url)
+    for b in blocks:
+        if b.type == "text":
+            cells.append(_md(rst_to_markdown(b.content, repo_url, branch)))
+        elif b.content.strip():
+            cells.append(_code(b.content.strip("\n")))
+    return {
+        "cells": cells,
+        "metadata": {
+            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+            "language_info": {"name": "python"},
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+
+
+def _refresh_zip(path: Path, notebooks: dict[str, bytes]) -> None:
+    """Replace the notebooks inside a zip that sphinx-gallery made before we rewrote them."""
+    with zipfile.ZipFile(path) as z:
+        members = [(info, z.read(info)) for info in z.infolist()]
+    if not any(Path(i.filename).name in notebooks for i, _ in members):
+        return
+    tmp = path.with_suffix(".tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+        for info, data in members:
+            z.writestr(info, notebooks.get(Path(info.filename).name, data))
+    tmp.replace(path)
+
+
+def rewrite_notebooks(app) -> None:
+    """Replace the notebooks sphinx-gallery wrote, inside its zips too."""
+    conf = app.config.sphinx_gallery_conf
+    srcdir = Path(app.srcdir)
+    repo_url = app.config.tilebook_repo_url or None
+    branch = app.config.tilebook_repo_branch
+    for ex_dir, gal_dir in zip(conf["examples_dirs"], conf["gallery_dirs"], strict=True):
+        ex_root, gal_root = (srcdir / ex_dir).resolve(), srcdir / gal_dir
+        written: dict[str, bytes] = {}
+        for script in sorted(ex_root.glob("*/[0-9][0-9]_*.py")):
+            target = gal_root / script.parent.name / (script.stem + ".ipynb")
+            if target.parent.exists():
+                nb = lesson_notebook(script, repo_url, branch)
+                data = (json.dumps(nb, indent=1, ensure_ascii=False) + "\n").encode()
+                target.write_bytes(data)
+                written[target.name] = data
+        for z in gal_root.rglob("*.zip"):
+            _refresh_zip(z, written)
+
+
+def setup(app):
+    app.connect("builder-inited", rewrite_notebooks, priority=600)  # after sphinx-gallery
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
