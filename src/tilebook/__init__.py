@@ -16,6 +16,7 @@ from .runtime import (
     pick,
 )
 from . import aot, bench, check, ops
+from .ops.flash_attention import flash_attention
 from .ops.linear_act import linear_act
 from .ops.matmul import matmul
 from .ops.rms_norm import rms_norm
@@ -32,6 +33,7 @@ __all__ = [
     "capability",
     "check",
     "device",
+    "flash_attention",
     "get_runtime",
     "is_gpu",
     "is_hopper",

@@ -479,7 +479,7 @@ def pick_configs(
     """The committed configurations for a call: ``{"fwd", "dkdv", "dq"}`` to KernelConfig."""
     if device.type != "cuda":
         return _INTERPRETER
-    major, minor = torch.cuda.get_device_capability(device)
+    major, minor = runtime.capability(device)
     key = (major * 10 + minor, head_dim, _DTYPE_NAMES[dtype], bool(causal))
     if key in CONFIGS:
         return CONFIGS[key]
