@@ -9,6 +9,7 @@ import triton
 import triton.language as tl
 
 import tilebook
+from tilebook.ops import epilogue
 from tilebook.ops import matmul as mm
 from tilebook.ops.linear_act import ACTIVATIONS, linear_act
 
@@ -306,7 +307,7 @@ def _activation_probe(x_ptr, y_ptr, n, ACTIVATION: tl.constexpr, BLOCK: tl.const
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask, other=0.0)
-    tl.store(y_ptr + offs, mm._activation(x, ACTIVATION), mask=mask)
+    tl.store(y_ptr + offs, epilogue.activation(x, ACTIVATION), mask=mask)
 
 
 def _run_activation(x, activation):

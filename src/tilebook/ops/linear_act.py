@@ -10,7 +10,7 @@ What fusion saves is the element-wise pass: about 45 us for an 8192 x 4096 bf16
 output on an H100, some 10% of the product.  The activation itself runs while the
 tensor cores wait, so it has to be cheap.  The GELU is computed without libdevice's
 ``erf`` (about 30 instructions an element) from a fitted ``exp2`` form (11, see
-``_activation`` in :mod:`tilebook.ops.matmul`), within 6e-7 of the erf form: bias +
+:func:`tilebook.ops.epilogue.activation`), within 6e-7 of the erf form: bias +
 GELU at 8192 x 4096 -> 4096 went from 0.99x the unfused pair to about 1.05x.
 (Triton 3.6's warp specialisation on Hopper, which would overlap the epilogue with
 the next tile's MMAs, compiled but ran no faster here.)

@@ -36,6 +36,7 @@ import triton.language as tl
 from .. import runtime
 from .._launch import direct_launch_enabled, direct_launcher, ensure_cuda_context, sm_count
 from ..validation import check_same_dtype_device, check_tensor
+from .epilogue import ACTIVATIONS, epilogue
 
 try:  # host-side descriptors arrived in Triton 3.4; older versions use the pointer kernel
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -45,13 +46,17 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
 __all__ = [
     "ACTIVATIONS",
     "compile_ahead",
+    "epilogue",
     "fused_matmul",
     "matmul",
     "matmul_kernel",
     "matmul_tma_kernel",
+    "picked_configs",
+    "prune_configs",
+    "set_autotune",
+    "tile_coords",
 ]
 
-ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
 MM_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _TMA_DTYPES = (torch.float16, torch.bfloat16)
 _INT32_LIMIT = 2**31
@@ -61,7 +66,7 @@ _INT32_LIMIT = 2**31
 
 
 @triton.jit
-def _tile_coords(tile, num_m, num_n, GROUP_M: tl.constexpr):
+def tile_coords(tile, num_m, num_n, GROUP_M: tl.constexpr):
     # Consecutive tiles walk down GROUP_M rows of tiles before moving right, so the
     # programs in flight at once share rows of A and columns of B in L2.
     per_group = GROUP_M * num_n
@@ -70,44 +75,6 @@ def _tile_coords(tile, num_m, num_n, GROUP_M: tl.constexpr):
     pid_m = first_m + (tile % per_group) % rows
     pid_n = (tile % per_group) // rows
     return pid_m, pid_n
-
-
-@triton.jit
-def _activation(x, ACTIVATION: tl.constexpr):
-    if ACTIVATION == "relu":
-        x = tl.maximum(x, 0.0)
-    elif ACTIVATION == "gelu":
-        # x * Phi(x) without erf.  For a = |x|, Phi(-a) = 2^P(a) with P a degree-7
-        # fit of log2 Phi(-a) on [0, 5.5] (past it the tail is below float32's
-        # reach), and x * Phi(x) = max(x, 0) - a * Phi(-a) for either sign (with a
-        # clamped too, so that +inf stays inf).  One exp2 and 11 instructions
-        # against libdevice erf's ~30; within 6e-7 of the erf form, and 6e-6 of it
-        # relatively.
-        t = tl.minimum(tl.abs(x), 5.5)
-        p = -1.7934344214154407e-06 * t + 6.090377428336069e-05
-        p = p * t - 0.0009260259685106575
-        p = p * t + 0.00849374569952488
-        p = p * t - 0.053937822580337524
-        p = p * t - 0.4584805369377136
-        p = p * t - 1.1512467861175537
-        p = p * t - 0.9999954700469971
-        x = tl.maximum(x, 0.0) - t * tl.exp2(p)
-    elif ACTIVATION == "gelu_tanh":
-        # 0.5 * x * (1 + tanh(u)) == x * sigmoid(2u): no tanh, which would need libdevice
-        u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
-        x = x * tl.sigmoid(2.0 * u)
-    elif ACTIVATION == "silu":
-        x = x * tl.sigmoid(x)
-    return x
-
-
-@triton.jit
-def _epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr):
-    # Runs on the float32 accumulator while it is still in registers.
-    if HAS_BIAS:
-        bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0)
-        acc = acc + bias.to(tl.float32)[None, :]
-    return _activation(acc, ACTIVATION)
 
 
 @triton.jit
@@ -136,7 +103,7 @@ def matmul_kernel(
 ):
     tl.static_assert(BLOCK_K >= 16, "tl.dot needs K tiles of at least 16")
     pid = tl.program_id(axis=0)
-    pid_m, pid_n = _tile_coords(pid, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+    pid_m, pid_n = tile_coords(pid, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
@@ -163,7 +130,7 @@ def matmul_kernel(
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
 
-    acc = _epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
+    acc = epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
     c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask_m & mask_n)
 
@@ -199,7 +166,7 @@ def matmul_tma_kernel(
     # flattened, the loads of the next tile may already be in flight.
     out_tile = start - step
     for tile in tl.range(start, num_m * num_n, step, flatten=FLATTEN):
-        pid_m, pid_n = _tile_coords(tile, num_m, num_n, GROUP_M)
+        pid_m, pid_n = tile_coords(tile, num_m, num_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -211,7 +178,7 @@ def matmul_tma_kernel(
             acc = tl.dot(a, b, acc)
 
         out_tile += step
-        pid_m, pid_n = _tile_coords(out_tile, num_m, num_n, GROUP_M)
+        pid_m, pid_n = tile_coords(out_tile, num_m, num_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         if SPLIT_N:
@@ -219,13 +186,13 @@ def matmul_tma_kernel(
             half: tl.constexpr = BLOCK_N // 2
             left, right = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, half)), (0, 2, 1)))
             offs_n = off_n + tl.arange(0, half)
-            left = _epilogue(left, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
+            left = epilogue(left, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
             c_desc.store([off_m, off_n], left.to(c_desc.dtype))
-            right = _epilogue(right, bias_ptr, offs_n + half, N, HAS_BIAS, ACTIVATION)
+            right = epilogue(right, bias_ptr, offs_n + half, N, HAS_BIAS, ACTIVATION)
             c_desc.store([off_m, off_n + half], right.to(c_desc.dtype))
         else:
             offs_n = off_n + tl.arange(0, BLOCK_N)
-            acc = _epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
+            acc = epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
             c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
 
 
@@ -304,22 +271,44 @@ def _fits(cfg: triton.Config, elem: int) -> bool:
 _SMALL_MNK = 1024**3
 
 
-def _prune(configs, M, N, K, elem):
+_AUTOTUNE = {"on": True}
+
+
+def set_autotune(enabled: bool) -> bool:
+    """Time every configuration that fits (``True``, the default) or take the first one.
+
+    With autotuning off, the first call of each kind launches the first
+    configuration of :data:`GPU_TMA_CONFIGS` or :data:`GPU_PTR_CONFIGS` that
+    :func:`prune_configs` keeps, without compiling and timing the others: what a
+    build with a time budget wants (the lessons), at the price of the autotuner's
+    pick.  Calls already made keep what they picked.  Returns the previous setting.
+    """
+    if not isinstance(enabled, bool):
+        raise TypeError(f"set_autotune takes True or False, got {enabled!r}")
+    previous, _AUTOTUNE["on"] = _AUTOTUNE["on"], enabled
+    return previous
+
+
+def prune_configs(configs, M: int, N: int, K: int, elem: int) -> list:
+    """The configurations the autotuner tries for an ``M x N x K`` product of
+    ``elem``-byte elements: those whose pipeline fits in shared memory, and only the
+    first of them for a small problem (or with :func:`set_autotune` off)."""
     # float32 doubles every tile: drop the configs that would not fit in shared memory.
     kept = [c for c in configs if _fits(c, elem)] or configs[-1:]
     if M * N * K <= _SMALL_MNK:
         small = [c for c in kept if c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 128 * 128]
         kept = (small or kept)[:1]
-    return kept
+    return kept if _AUTOTUNE["on"] else kept[:1]
 
 
 def _prune_ptr(configs, named_args, **kwargs):
     a = named_args["a_ptr"]
-    return _prune(configs, named_args["M"], named_args["N"], named_args["K"], a.element_size())
+    M, N, K = named_args["M"], named_args["N"], named_args["K"]
+    return prune_configs(configs, M, N, K, a.element_size())
 
 
 def _prune_tma(configs, named_args, **kwargs):
-    return _prune(configs, named_args["M"], named_args["N"], named_args["K"], 2)
+    return prune_configs(configs, named_args["M"], named_args["N"], named_args["K"], 2)
 
 
 _ptr_kernel = triton.autotune(
@@ -383,6 +372,34 @@ def _cdiv(a: int, b: int) -> int:
 
 # The autotuner's pick for each problem, as (config's launch kwargs, grid[, blocks]).
 _PICKED: dict[tuple, tuple] = {}
+
+
+def picked_configs() -> list[dict]:
+    """What the autotuner picked for each kind of call so far, one dict per pick.
+
+    Keys: ``kernel`` (``"tma"`` or ``"pointer"``), ``M``, ``N``, ``K``, ``dtype``,
+    ``activation``, ``has_bias``, ``config`` (``"128x256x64 w8 s3"``: tile, warps,
+    stages) and ``kwargs`` (every constant and launch option of the pick).
+    """
+    out = []
+    for key, (kw, *_) in _PICKED.items():
+        kind, M, N, K, dtype, *_, has_bias, act = key
+        tile = f"{kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']}"
+        out.append(
+            {
+                "kernel": kind,
+                "M": M,
+                "N": N,
+                "K": K,
+                "dtype": str(dtype).removeprefix("torch."),
+                "activation": act,
+                "has_bias": has_bias,
+                "config": f"{tile} w{kw['num_warps']} s{kw['num_stages']}",
+                "kwargs": dict(kw),
+            }
+        )
+    return out
+
 
 _PLACEHOLDER = ([16, 16], [16, 16], [16, 16])  # the autotuner's pre-hook sets real blocks
 

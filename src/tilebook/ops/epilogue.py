@@ -1,0 +1,66 @@
+"""The epilogue of tilebook's matmul kernels: bias and activation on the accumulator.
+
+A matmul kernel ends with its output tile in registers, as a float32
+accumulator.  :func:`epilogue` adds the bias and applies the activation there,
+before the single store, so that ``act(x @ w.T + b)`` costs no memory traffic
+beyond the product's own (lesson 08 counts what the unfused version moves).
+Both are ``@triton.jit`` helpers: a kernel that calls them has them inlined,
+and ``ACTIVATION`` being a ``tl.constexpr`` string, each activation compiles
+into a binary that holds only its own arithmetic.
+
+The erf GELU is computed without ``erf``.  For ``a = |x|``, the normal tail
+``Phi(-a)`` is ``2**P(a)`` with ``P`` a degree-7 polynomial fitted offline to
+``log2 Phi(-a)`` on ``[0, 5.5]`` (past that the tail is below float32's reach),
+and ``x * Phi(x) = max(x, 0) - a * Phi(-a)`` for either sign of ``x``.  One
+``exp2`` and a handful of multiply-adds against libdevice ``erf``'s polynomial
+pair; within 6e-7 of the erf form everywhere (6e-6 relatively), far below what
+a 16-bit output resolves.  ``tests/test_linear_act.py`` holds it to that.
+
+Used by :mod:`tilebook.ops.matmul` (both kernels) and so by
+:func:`tilebook.linear_act` and :func:`tilebook.matmul`.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+__all__ = ["ACTIVATIONS", "activation", "epilogue"]
+
+#: The values of ``ACTIVATION``: ``"gelu"`` is the erf form, ``"gelu_tanh"`` the
+#: tanh approximation, as in ``torch.nn.functional.gelu``.
+ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
+
+
+@triton.jit
+def activation(x, ACTIVATION: tl.constexpr):
+    if ACTIVATION == "relu":
+        x = tl.maximum(x, 0.0)
+    elif ACTIVATION == "gelu":
+        # x * Phi(x) = max(x, 0) - a * Phi(-a) with a = |x| (clamped: +inf stays inf),
+        # and Phi(-a) = 2^P(a), P a degree-7 fit of log2 Phi(-a) on [0, 5.5].
+        t = tl.minimum(tl.abs(x), 5.5)
+        p = -1.7934344214154407e-06 * t + 6.090377428336069e-05
+        p = p * t - 0.0009260259685106575
+        p = p * t + 0.00849374569952488
+        p = p * t - 0.053937822580337524
+        p = p * t - 0.4584805369377136
+        p = p * t - 1.1512467861175537
+        p = p * t - 0.9999954700469971
+        x = tl.maximum(x, 0.0) - t * tl.exp2(p)
+    elif ACTIVATION == "gelu_tanh":
+        # 0.5 * x * (1 + tanh(u)) == x * sigmoid(2u): no tanh, which needs libdevice
+        u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+        x = x * tl.sigmoid(2.0 * u)
+    elif ACTIVATION == "silu":
+        x = x * tl.sigmoid(x)
+    return x
+
+
+@triton.jit
+def epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr):
+    # Runs on the float32 accumulator while it is still in registers.
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0)
+        acc = acc + bias.to(tl.float32)[None, :]
+    return activation(acc, ACTIVATION)
