@@ -28,6 +28,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from . import display
 from .prose import Prose, _markup
 
 __all__ = ["ClaimError", "Claims", "Comparison", "speedup", "within"]
@@ -120,6 +121,7 @@ class Claims:
         self.lesson = lesson
         self.source = source
         self.items: list[_Claim] = []
+        display.register(self)
 
     def check(self, text: str, holds: bool, evidence: str | Prose = "") -> Claims:
         """State ``text``; ``holds`` is the check on the data; ``evidence`` says what it saw.

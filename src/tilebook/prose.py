@@ -22,6 +22,8 @@ import string
 import textwrap
 from typing import Any
 
+from . import display
+
 __all__ = ["Prose", "say"]
 
 _INLINE = [
@@ -55,11 +57,15 @@ class Prose:
             if not isinstance(p, str):
                 raise TypeError(f"Prose takes strings, got {type(p).__name__}")
         self.paragraphs = [p.strip() for p in paragraphs if p.strip()]
+        display.register(self)
 
     def __add__(self, other: Prose) -> Prose:
         if not isinstance(other, Prose):
             return NotImplemented
-        return Prose(*self.paragraphs, *other.paragraphs)
+        joined = Prose.__new__(Prose)
+        joined.paragraphs = [*self.paragraphs, *other.paragraphs]
+        display.register(joined, replaces=(self, other))
+        return joined
 
     def __str__(self) -> str:
         return "\n\n".join(textwrap.fill(_plain(p), 79) for p in self.paragraphs)

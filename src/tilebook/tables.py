@@ -17,6 +17,8 @@ import html
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from . import display
+
 __all__ = ["Table", "table"]
 
 Column = str | tuple[str, str] | Callable[[dict[str, Any]], Any]
@@ -65,6 +67,7 @@ class Table:
                 raise ValueError(f"row {r} has {len(r)} cells for {len(self.header)} columns")
         self.title = title
         self.caption = caption
+        display.register(self)
 
     def column(self, name: str) -> list[str]:
         i = self.header.index(name)

@@ -14,6 +14,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from . import display
+
 __all__ = ["SweepExplorer", "Widget", "embed_json"]
 
 _CSS = """
@@ -72,6 +74,11 @@ class Widget:
     kind = "widget"
     title = ""
     script = ""  # JavaScript body; receives `root` (the div) and `data` (parsed JSON)
+
+    def __new__(cls, *args: Any, **kwargs: Any):
+        obj = super().__new__(cls)
+        display.register(obj)  # a lesson run as a script shows it on its page at exit
+        return obj
 
     def data(self) -> dict[str, Any]:
         raise NotImplementedError
