@@ -119,6 +119,10 @@ html_theme_options = {
     "footer_start": ["copyright"],
     "footer_end": ["theme-version"],
 }
-html_sidebars = {"syllabus": [], "index": []}
+# Top-level pages have no section to navigate: no empty left sidebar there.
+html_sidebars = {
+    page: []
+    for page in ("index", "start", "syllabus", "api", "glossary", "measurements")
+}
 html_context = {"default_mode": "auto"}
 html_show_sourcelink = False
