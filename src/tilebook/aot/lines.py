@@ -1,0 +1,235 @@
+"""Which lines of Python each line of a compiler stage came from.
+
+Every stage carries the source locations that Triton threads through it:
+
+* TTIR and TTGIR (MLIR): ``loc(...)`` at the end of each operation, often an
+  alias ``#locN`` defined at the bottom of the module as a file-line-column,
+  a name wrapping another location, a ``callsite(callee at caller)`` for an
+  inlined ``@triton.jit`` helper, or a ``fused[...]`` list;
+* LLVM IR: ``!dbg !N`` on each instruction, ``!N = !DILocation(line:, scope:,
+  inlinedAt:)`` with the file on the scope's ``DIFile``;
+* PTX: ``.loc file line column`` (with ``inlined_at file line column`` for an
+  inlined helper), in force until the next ``.loc``;
+* SASS: ``nvdisasm -gi`` prints ``//## File "...", line N inlined at ...``
+  before the instructions of that line.
+
+Each parser returns ``[(stage_line, ((file, line), ...)), ...]`` with 1-based
+line numbers of the stage text; a line that came through an inlined helper
+names the helper's line and every call site up to the kernel, so that asking
+for the call site finds the helper's code too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+__all__ = ["LineMap", "Loc", "llvm_line_map", "mlir_line_map", "ptx_line_map", "sass_line_map"]
+
+Loc = tuple[str, int]
+LineMap = list[tuple[int, tuple[Loc, ...]]]
+
+
+def _ordered(locs) -> tuple[Loc, ...]:
+    return tuple(sorted({loc for loc in locs if loc[1] > 0}))
+
+
+# ------------------------------------------------------------------------- MLIR
+
+_MLIR_ALIAS = re.compile(r"^(#loc\d*) = loc\((.*)\)\s*$")
+_MLIR_FILE_LOC = re.compile(r'"((?:[^"\\]|\\.)*)":(\d+):\d+')
+_MLIR_REF = re.compile(r"#loc\d*")
+_MLIR_LOC_START = re.compile(r"\bloc\(")
+
+
+def _balanced(text: str, start: int) -> str:
+    """The text inside the parenthesis that opens at ``text[start - 1]``."""
+    depth, i, quoted = 1, start, False
+    while i < len(text):
+        c = text[i]
+        if quoted:
+            if c == "\\":
+                i += 1
+            elif c == '"':
+                quoted = False
+        elif c == '"':
+            quoted = True
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return text[start:i]
+        i += 1
+    return text[start:]
+
+
+def mlir_line_map(text: str) -> LineMap:
+    """Source lines of each operation of a TTIR or TTGIR module."""
+    lines = text.splitlines()
+    aliases = {}
+    for line in lines:
+        if m := _MLIR_ALIAS.match(line):
+            aliases[m.group(1)] = m.group(2)
+    resolved: dict[str, frozenset[Loc]] = {}
+
+    def resolve(expr: str, seen: frozenset[str] = frozenset()) -> set[Loc]:
+        out = {(os.path.normpath(f), int(n)) for f, n in _MLIR_FILE_LOC.findall(expr)}
+        for ref in _MLIR_REF.findall(expr):
+            if ref in seen or ref not in aliases:
+                continue
+            if ref not in resolved:
+                resolved[ref] = frozenset(resolve(aliases[ref], seen | {ref}))
+            out |= resolved[ref]
+        return out
+
+    result: LineMap = []
+    for number, line in enumerate(lines, 1):
+        if line.startswith("#loc"):
+            continue
+        locs: set[Loc] = set()
+        for m in _MLIR_LOC_START.finditer(line):
+            locs |= resolve(_balanced(line, m.end()))
+        if loc := _ordered(locs):
+            result.append((number, loc))
+    return result
+
+
+# --------------------------------------------------------------------- LLVM IR
+
+_LLVM_META = re.compile(r"^!(\d+) = (?:distinct )?!(\w+)\((.*)\)\s*$")
+_LLVM_DBG = re.compile(r"!dbg !(\d+)")
+
+
+def _field(body: str, name: str) -> str | None:
+    m = re.search(rf"\b{name}: (!\d+|\d+|\"(?:[^\"\\]|\\.)*\")", body)
+    return m.group(1) if m else None
+
+
+def llvm_line_map(text: str) -> LineMap:
+    """Source lines of each instruction of an LLVM IR module (``!dbg`` records)."""
+    lines = text.splitlines()
+    nodes: dict[str, tuple[str, str]] = {}
+    for line in lines:
+        if m := _LLVM_META.match(line):
+            nodes["!" + m.group(1)] = (m.group(2), m.group(3))
+
+    def file_of(ref: str | None, depth: int = 0) -> str | None:
+        if ref is None or ref not in nodes or depth > 32:
+            return None
+        kind, body = nodes[ref]
+        if kind == "DIFile":
+            name = (_field(body, "filename") or '""')[1:-1]
+            directory = (_field(body, "directory") or '""')[1:-1]
+            return os.path.normpath(os.path.join(directory, name))
+        return file_of(_field(body, "file"), depth + 1) or file_of(_field(body, "scope"), depth + 1)
+
+    def locs_of(ref: str, depth: int = 0) -> set[Loc]:
+        if ref not in nodes or depth > 64:
+            return set()
+        kind, body = nodes[ref]
+        if kind not in ("DILocation", "DISubprogram"):
+            return set()
+        line = _field(body, "line")
+        scope = ref if kind == "DISubprogram" else _field(body, "scope")
+        path = file_of(scope)
+        out = {(path, int(line))} if path and line else set()
+        if inlined := _field(body, "inlinedAt"):
+            out |= locs_of(inlined, depth + 1)
+        return out
+
+    result: LineMap = []
+    for number, line in enumerate(lines, 1):
+        if line.startswith(("!", "#dbg_")) or line.lstrip().startswith("#dbg_"):
+            continue
+        if (m := _LLVM_DBG.search(line)) and (loc := _ordered(locs_of("!" + m.group(1)))):
+            result.append((number, loc))
+    return result
+
+
+# ------------------------------------------------------------------------- PTX
+
+_PTX_FILE = re.compile(r'^\s*\.file\s+(\d+)\s+"([^"]*)"')
+_PTX_LOC = re.compile(r"^\s*\.loc\s+(\d+)\s+(\d+)\s+\d+(.*)$")
+_PTX_INLINED = re.compile(r"inlined_at\s+(\d+)\s+(\d+)\s+\d+")
+
+
+def _ptx_is_instruction(stripped: str) -> bool:
+    return (
+        bool(stripped)
+        and not stripped.startswith((".", "//", "{", "}", "(", ")", "$"))
+        and not stripped.endswith(":")
+    )
+
+
+def ptx_line_map(text: str) -> LineMap:
+    """Source lines of each PTX instruction: the ``.loc`` in force above it."""
+    lines = text.splitlines()
+    files = {}
+    for line in lines:
+        if m := _PTX_FILE.match(line):
+            files[m.group(1)] = os.path.normpath(m.group(2))
+    result: LineMap = []
+    current: tuple[Loc, ...] = ()
+    for number, line in enumerate(lines, 1):
+        if m := _PTX_LOC.match(line):
+            locs = set()
+            if m.group(1) in files:
+                locs.add((files[m.group(1)], int(m.group(2))))
+            for f, n in _PTX_INLINED.findall(m.group(3)):
+                if f in files:
+                    locs.add((files[f], int(n)))
+            current = _ordered(locs)
+            continue
+        if line.startswith("}") or line.lstrip().startswith((".entry", ".visible", ".func")):
+            current = ()
+            continue
+        if current and _ptx_is_instruction(line.strip()):
+            result.append((number, current))
+    return result
+
+
+# ------------------------------------------------------------------------ SASS
+
+_SASS_INFO = re.compile(r'^\s*//## File "([^"]*)", line (\d+)(.*)$')
+_SASS_INLINED = re.compile(r'inlined at "([^"]*)", line (\d+)')
+SASS_INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+\S")
+
+
+def sass_line_map(nvdisasm_text: str) -> tuple[str, LineMap]:
+    """Split ``nvdisasm -gi`` output into the SASS text and its source lines.
+
+    Returns
+    -------
+    sass : str
+        The disassembly without the ``//##`` line-information comments.
+    line_map : LineMap
+        Source lines of each instruction of ``sass``.
+    """
+    kept: list[str] = []
+    result: LineMap = []
+    current: tuple[Loc, ...] = ()
+    after_info = False
+    for line in nvdisasm_text.splitlines():
+        if m := _SASS_INFO.match(line):
+            # An inlined helper's line comes first, then one comment per caller.
+            locs = {(os.path.normpath(m.group(1)), int(m.group(2)))}
+            locs |= {(os.path.normpath(f), int(n)) for f, n in _SASS_INLINED.findall(m.group(3))}
+            current = _ordered(locs | set(current) if after_info else locs)
+            after_info = True
+            continue
+        after_info = False
+        if line.startswith("//----"):
+            current = ()
+        kept.append(line)
+        if current and SASS_INSTRUCTION.match(line):
+            result.append((len(kept), current))
+    return "\n".join(kept).strip("\n") + "\n", _shift(result, kept)
+
+
+def _shift(result: LineMap, kept: list[str]) -> LineMap:
+    """Line numbers after the leading blank lines that ``strip`` removes."""
+    lead = 0
+    while lead < len(kept) and not kept[lead].strip():
+        lead += 1
+    return [(n - lead, locs) for n, locs in result]
