@@ -94,7 +94,6 @@ sphinx_gallery_conf = {
     "remove_config_comments": True,
     "doc_module": ("tilebook",),
     "backreferences_dir": "api/generated/backrefs",
-    "reference_url": {"tilebook": None},
     "abort_on_example_error": True,
     "only_warn_on_example_error": False,
     "show_memory": False,

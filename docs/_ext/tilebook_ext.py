@@ -19,6 +19,7 @@ how to work from a clone).
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -26,6 +27,7 @@ from pathlib import Path
 
 from docutils import nodes
 from docutils.parsers.rst import Directive
+from sphinx.util.console import bold
 from sphinx.util.docutils import SphinxRole
 
 GLOSSARY_DOC = "glossary"
@@ -217,7 +219,15 @@ def _copy_notebooks(app, exception):
         shutil.copyfile(nb, out / nb.name)
 
 
+class _QuietMyst(logging.Filter):
+    """MyST logs its whole configuration on every build: noise that needs no action."""
+
+    def filter(self, record):
+        return not str(record.msg).startswith(bold("myst v"))
+
+
 def setup(app):
+    logging.getLogger("sphinx.myst_parser.sphinx_ext.main").addFilter(_QuietMyst())
     app.add_config_value("tilebook_repo_url", None, "html")
     app.add_config_value("tilebook_repo_branch", "main", "html")
     app.add_config_value("tilebook_pages_branch", "gh-pages", "html")
