@@ -1,6 +1,14 @@
-"""Shared test set-up: GPU-only tests skip themselves on a CPU build."""
+"""Shared test set-up: GPU-only tests skip themselves on a CPU build; the built site and
+a browser on it for the site tests."""
 
 from __future__ import annotations
+
+import functools
+import http.server
+import os
+import shutil
+import threading
+from urllib.parse import urlparse
 
 import pytest
 import torch
@@ -33,3 +41,88 @@ def built_site(tmp_path_factory):
     from site_build import build_site
 
     return build_site(tmp_path_factory.mktemp("site"))
+
+
+def lesson_pages(html_dir) -> list[str]:
+    """Every lesson page of a built site, relative to its root."""
+    return sorted(
+        str(p.relative_to(html_dir)) for p in (html_dir / "lessons").glob("*/[0-9][0-9]_*.html")
+    )
+
+
+# -- a real browser (Debian's Chromium, driven by Playwright) on the built site -----------
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# Flags for a closed network: no background connections, no sandbox as root.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-default-apps",
+]
+
+
+def require_browser():
+    if os.path.exists(CHROMIUM):
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"Chromium not found at {CHROMIUM} (CI must install Debian's chromium)")
+    pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
+
+
+@pytest.fixture(scope="module")
+def server(built_site):
+    html_dir, _ = built_site
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(html_dir))
+
+    class Quiet(handler.func):
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Quiet, **handler.keywords)
+    )
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.fixture
+def browser_page(server):
+    require_browser()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        problems: list[str] = []
+        outside: list[str] = []
+
+        def guard(route):
+            host = urlparse(route.request.url).hostname
+            if host in ("127.0.0.1", "localhost") or route.request.url.startswith("data:"):
+                route.continue_()
+            else:
+                outside.append(route.request.url)
+                route.abort()
+
+        page.route("**/*", guard)
+        page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: problems.append(str(e)))
+        page.on(
+            "response",
+            lambda r: problems.append(f"HTTP {r.status} {r.url}") if r.status >= 400 else None,
+        )
+        yield page, problems, outside
+        browser.close()
+
+
+def _lesson_pages(html_dir):
+    return sorted(
+        str(p.relative_to(html_dir)) for p in (html_dir / "lessons").glob("*/[0-9][0-9]_*.html")
+    )

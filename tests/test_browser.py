@@ -1,93 +1,16 @@
-"""Open lesson 07 in a real browser (Debian's Chromium), turn the widget's knob."""
+"""The built site in a real browser (Debian's Chromium): widgets react to their knobs,
+every lesson fits 1280 px, pages load clean in dark mode."""
 
 from __future__ import annotations
 
-import functools
-import http.server
 import os
-import shutil
-import threading
-from urllib.parse import urlparse
 
 import pytest
+from conftest import lesson_pages
 
 pytestmark = [pytest.mark.site, pytest.mark.browser]
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 LESSON = "lessons/03_real_kernels/07_vector_add.html"
-# Flags for a closed network: no background connections, no sandbox as root.
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-default-apps",
-]
-
-
-def _require_browser():
-    if os.path.exists(CHROMIUM):
-        return
-    if os.environ.get("CI"):
-        pytest.fail(f"Chromium not found at {CHROMIUM} (CI must install Debian's chromium)")
-    pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
-
-
-@pytest.fixture(scope="module")
-def server(built_site):
-    html_dir, _ = built_site
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(html_dir))
-
-    class Quiet(handler.func):
-        def log_message(self, *args):
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(Quiet, **handler.keywords)
-    )
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-
-
-@pytest.fixture
-def browser_page(server):
-    _require_browser()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        problems: list[str] = []
-        outside: list[str] = []
-
-        def guard(route):
-            host = urlparse(route.request.url).hostname
-            if host in ("127.0.0.1", "localhost") or route.request.url.startswith("data:"):
-                route.continue_()
-            else:
-                outside.append(route.request.url)
-                route.abort()
-
-        page.route("**/*", guard)
-        page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: problems.append(str(e)))
-        page.on(
-            "response",
-            lambda r: problems.append(f"HTTP {r.status} {r.url}") if r.status >= 400 else None,
-        )
-        yield page, problems, outside
-        browser.close()
-
-
-def _lesson_pages(html_dir):
-    return sorted(
-        str(p.relative_to(html_dir)) for p in (html_dir / "lessons").glob("*/[0-9][0-9]_*.html")
-    )
 
 
 def test_widget_knob_changes_the_display(server, browser_page):
@@ -142,7 +65,7 @@ def test_every_lesson_fits_1280px(server, browser_page, built_site):
     """No code or output block, table, widget or figure of a lesson overflows at 1280 px."""
     page, problems, outside = browser_page
     html_dir, _ = built_site
-    lessons = _lesson_pages(html_dir)
+    lessons = lesson_pages(html_dir)
     assert lessons
     report = {}
     for path in lessons:
@@ -160,7 +83,7 @@ def test_every_widget_reacts(server, browser_page, built_site):
     page, problems, outside = browser_page
     html_dir, _ = built_site
     seen = 0
-    for path in _lesson_pages(html_dir):
+    for path in lesson_pages(html_dir):
         page.goto(f"{server}/{path}", wait_until="load")
         widgets = page.locator('[data-tilebook-widget="sweep"]')
         for i in range(widgets.count()):
