@@ -48,11 +48,14 @@ from ..validation import check_tensor
 
 __all__ = [
     "BWD_CHUNKED_THRESHOLD",
+    "BWD_WARPS_PER_SM",
     "CHUNK_BWD",
     "CHUNK_FWD",
     "FWD_CHUNKED_THRESHOLD",
     "MAX_HIDDEN",
     "RMSNormFunction",
+    "bwd_config",
+    "fwd_config",
     "launch_rms_norm_bwd",
     "launch_rms_norm_fwd",
     "rms_norm",
@@ -355,6 +358,19 @@ def _bwd_config(n_cols: int) -> tuple[int, int, int, int]:
     rows = min(8, max(1, 2048 // block_n))
     warps = _warps(rows * block_n, block_n)
     return block_n, rows, warps, max(1, BWD_WARPS_PER_SM // warps)
+
+
+def fwd_config(n_cols: int) -> tuple[int, int, int]:
+    """``(BLOCK_N, rows per program, num_warps)`` of :func:`rms_norm_fwd_kernel` for rows
+    of ``n_cols``; rows longer than :data:`FWD_CHUNKED_THRESHOLD` take the chunked kernel."""
+    return _fwd_config(n_cols)
+
+
+def bwd_config(n_cols: int) -> tuple[int, int, int, int]:
+    """``(BLOCK_N, rows per loop step, num_warps, programs per SM)`` of
+    :func:`rms_norm_bwd_kernel` for rows of ``n_cols``; rows longer than
+    :data:`BWD_CHUNKED_THRESHOLD` take the chunked kernels."""
+    return _bwd_config(n_cols)
 
 
 def _grid_size(x: torch.Tensor, n_blocks: int, programs_per_sm: int) -> int:
