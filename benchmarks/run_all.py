@@ -21,7 +21,7 @@ import tilebook
 from tilebook import bench
 
 HERE = Path(__file__).parent
-MODULES = ["vector_add", "linear_act", "matmul", "softmax", "rms_norm"]
+MODULES = ["vector_add", "linear_act", "matmul", "softmax", "rms_norm", "flash_attention"]
 
 
 def _load(name: str):

@@ -1,0 +1,533 @@
+"""Flash attention on a GPU: tilebook against SDPA (cuDNN and flash backends) and
+FlexAttention, bf16, forward and backward, causal and not, windows and documents.
+
+FLOPs: ``4 * B * H * Nq * Nk * D`` forward (half when causal), the backward 2.5x the
+forward.  Window and document rows count the pairs the mask lets through exactly.
+Every implementation is checked against SDPA's cuDNN output (or, for the masks SDPA
+cannot express, against tilebook's own float32 reference on a slice) before it is
+timed, and the implementations of one row are timed in interleaved rounds.
+
+    PYTHONPATH=src python benchmarks/flash_attention.py             # the target table
+    PYTHONPATH=src python benchmarks/flash_attention.py --tune      # sweep tiles, then the table
+    PYTHONPATH=src python benchmarks/flash_attention.py --lengths   # TFLOP/s against N (lesson 12)
+    PYTHONPATH=src python benchmarks/flash_attention.py --warm flex # compile only (caches)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+import tilebook
+from tilebook.bench import measure, measure_interleaved
+from tilebook.ops import flash_attention as fa
+
+DTYPE = torch.bfloat16
+BATCH = 4
+N = 4096
+# (heads, head dim) of the targets: H=16 at D=128, H=32 at D=64 (the same FLOPs).
+HEADS = {128: 16, 64: 32}
+MASK_N = 16384  # sliding-window and document rows
+WINDOW = 1024  # a query sees itself and the 1023 keys before it
+IMPLS = ("tilebook", "sdpa_cudnn", "sdpa_flash", "flex")
+
+#: The baselines each kernel is held against (``run_all`` reports the best of them).
+BASELINE = {
+    "attn_fwd_full": ["sdpa_cudnn", "sdpa_flash", "flex"],
+    "attn_fwd_causal": ["sdpa_cudnn", "sdpa_flash", "flex"],
+    "attn_bwd_full": ["sdpa_cudnn", "sdpa_flash", "flex"],
+    "attn_bwd_causal": ["sdpa_cudnn", "sdpa_flash", "flex"],
+    "attn_fwd_window": ["flex"],
+    "attn_bwd_window": ["flex"],
+    "attn_fwd_documents": ["flex"],
+    "attn_bwd_documents": ["flex"],
+}
+
+
+def _flops(b: int, h: int, nq: int, nk: int, d: int, causal: bool) -> int:
+    f = 4 * b * h * nq * nk * d
+    return f // 2 if causal else f
+
+
+def _qkv(b, h, n, d, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return [
+        torch.randn(b, h, n, d, device="cuda", dtype=DTYPE, generator=g).requires_grad_()
+        for _ in range(3)
+    ]
+
+
+# --------------------------------------------------------------------------- baselines
+
+
+def _sdpa(backend_name: str):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = getattr(SDPBackend, backend_name)
+
+    def fn(q, k, v, causal):
+        with sdpa_kernel(backend):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    return fn
+
+
+_FLEX: dict[str, Callable] = {}
+
+
+def _flex_fn():
+    if "fn" not in _FLEX:
+        from torch.nn.attention.flex_attention import flex_attention
+
+        # One compiled graph per shape and mask: past the default limit of 8, Dynamo
+        # would silently fall back to eager flex_attention (materialised scores).
+        for knob in ("cache_size_limit", "recompile_limit"):
+            if hasattr(torch._dynamo.config, knob):
+                setattr(torch._dynamo.config, knob, 256)
+        _FLEX["fn"] = torch.compile(flex_attention, dynamic=False)
+    return _FLEX["fn"]
+
+
+def _block_mask(mask_mod, b, n):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    try:
+        return create_block_mask(mask_mod, b, None, n, n, device="cuda", _compile=True)
+    except TypeError:  # a torch without _compile
+        return create_block_mask(mask_mod, b, None, n, n, device="cuda")
+
+
+def _causal_mod(b, h, q_idx, kv_idx):
+    return q_idx >= kv_idx
+
+
+def _window_mod(b, h, q_idx, kv_idx):
+    return (q_idx >= kv_idx) & (q_idx - kv_idx < WINDOW)
+
+
+def _documents(b: int, n: int, seed: int = 0) -> torch.Tensor:
+    """Sorted document ids: documents of 256 to 4096 tokens, packed, per batch row."""
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for _ in range(b):
+        lengths = torch.randint(256, 4097, (n // 256 + 1,), generator=g)
+        rows.append(torch.repeat_interleave(torch.arange(len(lengths)), lengths)[:n])
+    return torch.stack(rows).to(device="cuda", dtype=torch.int32)
+
+
+def _visible_pairs(n: int, window: int | None, docs: torch.Tensor | None) -> int:
+    """Pairs a causal mask with a window or documents lets through, summed over the batch."""
+    if window is not None:
+        w = min(window, n)
+        return w * (w + 1) // 2 + (n - w) * w
+    total = 0
+    for row in docs.cpu():
+        _, counts = torch.unique_consecutive(row, return_counts=True)
+        total += int((counts * (counts + 1) // 2).sum())
+    return total
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+def _check(name: str, out: torch.Tensor, ref: torch.Tensor, tol: float = 2e-2) -> None:
+    err = _rel(out, ref)
+    if not err <= tol:
+        raise AssertionError(f"{name}: relative error {err:.2e} against the reference")
+
+
+def _grads(o: torch.Tensor, inputs, do: torch.Tensor):
+    return torch.autograd.grad(o, inputs, do, retain_graph=True)
+
+
+# --------------------------------------------------------------------------- rows
+
+
+def _row(kernel: str, shape: str, impl: str, m: Any, **extra: Any) -> dict[str, Any]:
+    return {
+        "kernel": kernel,
+        "shape": shape,
+        "dtype": str(DTYPE).removeprefix("torch."),
+        "impl": impl,
+        **extra,
+        **m.as_row(),
+    }
+
+
+def _host_us(fn: Callable, calls: int = 30) -> float:
+    """Host time of one call (the GPU runs behind, so this is Python and launch work)."""
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    host = (time.perf_counter() - t) / calls * 1e6
+    torch.cuda.synchronize()
+    return host
+
+
+def _bench_standard(d: int, causal: bool, n: int = N, batch: int = BATCH, heads: int | None = None,
+                    impls=IMPLS, rounds: int = 5, rep: float = 100) -> list[dict]:  # fmt: skip
+    """Forward and backward of every implementation at one (D, causal, N)."""
+    h = heads or HEADS[d]
+    q, k, v = _qkv(batch, h, n, d)
+    do = torch.randn_like(q)
+    shape = f"{batch}x{h}x{n}x{d}"
+    mask = "causal" if causal else "full"
+    flex = _flex_fn()
+    bm = _block_mask(_causal_mod, None, n) if causal else None
+    cudnn, flash = _sdpa("CUDNN_ATTENTION"), _sdpa("FLASH_ATTENTION")
+    fwd = {
+        "tilebook": lambda: tilebook.flash_attention(q, k, v, causal=causal),
+        "sdpa_cudnn": lambda: cudnn(q, k, v, causal),
+        "sdpa_flash": lambda: flash(q, k, v, causal),
+        "flex": lambda: flex(q, k, v, block_mask=bm),
+    }
+    fwd = {name: fn for name, fn in fwd.items() if name in impls}
+    ref = cudnn(q, k, v, causal)
+    outs = {}
+    for name, fn in fwd.items():
+        outs[name] = fn()
+        _check(f"fwd {name} {mask} {shape}", outs[name], ref)
+    flops = _flops(batch, h, n, n, d, causal)
+    rows = []
+    host = _host_us(fwd["tilebook"]) if "tilebook" in fwd else None
+    for name, m in measure_interleaved(fwd, flops=flops, rounds=rounds, rep=rep).items():
+        extra = {"mask": mask, "host_us": host} if name == "tilebook" else {"mask": mask}
+        rows.append(_row(f"attn_fwd_{mask}", shape, name, m, **extra))
+    ref_grads = _grads(ref, (q, k, v), do)
+    bwd = {}
+    for name, o in outs.items():
+        got = _grads(o, (q, k, v), do)
+        for g, r, what in zip(got, ref_grads, "qkv", strict=True):
+            _check(f"bwd d{what} {name} {mask} {shape}", g, r)
+        bwd[name] = lambda o=o: _grads(o, (q, k, v), do)
+    for name, m in measure_interleaved(bwd, flops=int(2.5 * flops), rounds=rounds, rep=rep).items():
+        rows.append(_row(f"attn_bwd_{mask}", shape, name, m, mask=mask))
+    return rows
+
+
+def _bench_masked(kind: str, d: int = 128, n: int = MASK_N, batch: int = BATCH,
+                  rounds: int = 5) -> list[dict]:  # fmt: skip
+    """Causal sliding window or causal documents at N=16384: tilebook against Flex with
+    the same mask (block mask built once, outside the timing); tilebook's full causal
+    attention at the same size is timed too, to show the skipped tiles."""
+    h = HEADS[d]
+    q, k, v = _qkv(batch, h, n, d)
+    do = torch.randn_like(q)
+    flex = _flex_fn()
+    if kind == "window":
+        docs = None
+        kw = {"causal": True, "window": (WINDOW - 1, None)}
+        bm = _block_mask(_window_mod, None, n)
+        pairs = _visible_pairs(n, WINDOW, None) * batch
+    else:
+        docs = _documents(batch, n)
+        kw = {"causal": True, "document_ids": docs}
+
+        def doc_mod(b, hh, q_idx, kv_idx):
+            return (docs[b, q_idx] == docs[b, kv_idx]) & (q_idx >= kv_idx)
+
+        bm = _block_mask(doc_mod, batch, n)
+        pairs = _visible_pairs(n, None, docs)
+    shape = f"{batch}x{h}x{n}x{d}"
+    fwd = {
+        "tilebook": lambda: tilebook.flash_attention(q, k, v, **kw),
+        "flex": lambda: flex(q, k, v, block_mask=bm),
+        "tilebook_causal": lambda: tilebook.flash_attention(q, k, v, causal=True),
+    }
+    outs = {name: fn() for name, fn in fwd.items()}
+    _check(f"fwd {kind} tilebook vs flex", outs["tilebook"], outs["flex"])
+    flops = {"tilebook": 4 * h * d * pairs, "flex": 4 * h * d * pairs}
+    flops["tilebook_causal"] = _flops(batch, h, n, n, d, True)
+    rows = []
+    for name, m in measure_interleaved(fwd, flops=flops, rounds=rounds).items():
+        rows.append(_row(f"attn_fwd_{kind}", shape, name, m, mask=kind))
+    got = _grads(outs["tilebook"], (q, k, v), do)
+    want = _grads(outs["flex"], (q, k, v), do)
+    for g, r, what in zip(got, want, "qkv", strict=True):
+        _check(f"bwd d{what} {kind} tilebook vs flex", g, r)
+    bwd = {name: (lambda o=o: _grads(o, (q, k, v), do)) for name, o in outs.items()}
+    bflops = {name: int(2.5 * f) for name, f in flops.items()}
+    for name, m in measure_interleaved(bwd, flops=bflops, rounds=rounds).items():
+        rows.append(_row(f"attn_bwd_{kind}", shape, name, m, mask=kind))
+    return rows
+
+
+def run(quick: bool = False) -> list[dict]:
+    """Check, then time, the target table on a GPU."""
+    if not tilebook.is_gpu():
+        raise RuntimeError("benchmarks/flash_attention.py needs a CUDA GPU")
+    rows: list[dict] = []
+    for d in (128, 64):
+        for causal in (False, True):
+            rows += _bench_standard(d, causal, rounds=3 if quick else 5)
+            torch.cuda.empty_cache()
+    for kind in ("window", "documents"):
+        rows += _bench_masked(kind, rounds=3 if quick else 5)
+        torch.cuda.empty_cache()
+    return rows
+
+
+def length_sweep(lengths=(512, 1024, 2048, 4096, 8192, 16384), d: int = 128, heads: int = 16,
+                 tokens: int = 65536, impls=IMPLS, rounds: int = 2) -> list[dict]:  # fmt: skip
+    """TFLOP/s against sequence length (the same number of tokens at every length, so
+    the batch shrinks as N grows): the curves lesson 12 plots."""
+    rows = []
+    for n in lengths:
+        for causal in (False, True):
+            rows += _bench_standard(d, causal, n=n, batch=max(1, tokens // n), heads=heads,
+                                    impls=impls, rounds=rounds, rep=50)  # fmt: skip
+            torch.cuda.empty_cache()
+    for r in rows:
+        r["n"] = int(r["shape"].split("x")[2])
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    """One line per kernel and shape: TFLOP/s of each implementation and tilebook's ratio
+    to each baseline (baseline time / tilebook time)."""
+    names = ("tilebook", "sdpa_cudnn", "sdpa_flash", "flex")
+    head = f"{'kernel':<20} {'shape':>16} " + " ".join(f"{n:>10}" for n in names)
+    head += "   ratios: cudnn  flash   flex"
+    out = [head]
+    keys = dict.fromkeys((r["kernel"], r["shape"]) for r in rows)
+    for kernel, shape in keys:
+        by = {r["impl"]: r for r in rows if r["kernel"] == kernel and r["shape"] == shape}
+        rate = " ".join(f"{by[n]['tflops']:10.0f}" if n in by else f"{'-':>10}" for n in names)
+        ours = by["tilebook"]["median_ms"]
+        ratio = " ".join(
+            f"{by[n]['median_ms'] / ours:6.3f}" if n in by else f"{'-':>6}" for n in names[1:]
+        )
+        extra = ""
+        if "tilebook_causal" in by:
+            extra = f"  (full causal {by['tilebook_causal']['median_ms'] / ours:.1f}x slower)"
+        out.append(f"{kernel:<20} {shape:>16} {rate}   {ratio}{extra}")
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- the sweep
+
+# Candidates per kernel and head dim.  Shared memory and registers of each were read
+# ahead of time (fa.compile_ahead, sm_90): none of these spills in its inner loop.
+K = fa.KernelConfig
+CANDIDATES: dict[tuple[str, int], list[fa.KernelConfig]] = {
+    ("fwd", 128): [K(128, 128, 8, 2), K(128, 128, 8, 3), K(128, 64, 8, 3), K(128, 64, 4, 3),
+                   K(64, 128, 4, 2), K(128, 64, 8, 4)],
+    ("fwd", 64): [K(128, 128, 8, 3), K(128, 64, 4, 3), K(128, 64, 4, 4), K(128, 128, 4, 3),
+                  K(64, 64, 4, 4), K(128, 64, 8, 4)],
+    ("dkdv", 128): [K(64, 128, 8, 2), K(32, 128, 8, 2), K(32, 128, 8, 3), K(64, 128, 8, 1),
+                    K(32, 64, 4, 2), K(64, 64, 4, 2)],
+    ("dkdv", 64): [K(64, 128, 8, 2), K(32, 128, 8, 3), K(64, 128, 8, 3), K(32, 128, 4, 3),
+                   K(64, 64, 4, 3)],
+    ("dq", 128): [K(128, 64, 8, 2), K(128, 64, 8, 3), K(64, 64, 4, 2), K(128, 128, 8, 2),
+                  K(64, 128, 4, 2)],
+    ("dq", 64): [K(128, 64, 8, 2), K(128, 64, 8, 3), K(128, 128, 8, 2), K(64, 64, 4, 3),
+                 K(64, 128, 4, 3)],
+}  # fmt: skip
+
+
+class _Case:
+    """Inputs of one (D, causal) point of the sweep, and a launcher per kernel and config."""
+
+    def __init__(self, d: int, causal: bool):
+        h = HEADS[d]
+        self.d, self.causal = d, causal
+        self.q, self.k, self.v = (t.detach() for t in _qkv(BATCH, h, N, d))
+        self.do = torch.randn_like(self.q)
+        self.scale = d**-0.5
+        self.mask = fa._mask_for(causal, None, N, N)
+        base = fa.pick_configs(d, DTYPE, causal, self.q.device)
+        self.o, self.lse = self.fwd(base["fwd"])()
+        self.delta = fa.launch_preprocess(self.o, self.do, torch.empty_like(self.lse))
+        self.dq = torch.empty_like(self.q)
+        self.dk, self.dv = torch.empty_like(self.k), torch.empty_like(self.v)
+        self.kw = {"sm_scale": self.scale, "mask": self.mask, "document_ids": None}
+        self.launcher("dkdv", base["dkdv"])()
+        self.launcher("dq", base["dq"])()
+        self.refs = {"fwd": [self.o], "dkdv": [self.dk.clone(), self.dv.clone()],
+                     "dq": [self.dq.clone()]}  # fmt: skip
+
+    def agrees(self, kernel: str) -> bool:
+        """Whether the last launch of ``kernel`` matches the base configuration's."""
+        got = {"fwd": [self.last_o], "dkdv": [self.dk, self.dv], "dq": [self.dq]}[kernel]
+        return all(_rel(g, r) < 1e-2 for g, r in zip(got, self.refs[kernel], strict=True))
+
+    def fwd(self, cfg):
+        def go():
+            out = fa.attention_forward(
+                self.q, self.k, self.v, sm_scale=self.scale, mask=self.mask,
+                document_ids=None, config=cfg,
+            )  # fmt: skip
+            self.last_o = out[0]
+            return out
+
+        return go
+
+    def launcher(self, kernel: str, cfg):
+        if kernel == "fwd":
+            return self.fwd(cfg)
+        args = (self.q, self.k, self.v, self.do, self.lse, self.delta)
+        if kernel == "dkdv":
+            return lambda: fa.launch_dkdv(*args, self.dk, self.dv, config=cfg, **self.kw)
+        return lambda: fa.launch_dq(*args, self.dq, config=cfg, **self.kw)
+
+    def flops(self, kernel: str) -> int:
+        f = _flops(BATCH, HEADS[self.d], N, N, self.d, self.causal)
+        # Of the backward's 2.5x: dK/dV does 4 of the 5 products, dQ 3 (recomputing P).
+        return {"fwd": f, "dkdv": f * 2, "dq": int(f * 1.5)}[kernel]
+
+
+def _literal(c: fa.KernelConfig) -> str:
+    return f"_kc({c.block_m}, {c.block_n}, {c.num_warps}, {c.num_stages})"
+
+
+def _warm_sweep(part: int, parts: int) -> None:
+    """Compile (by launching once) every ``parts``-th candidate, starting at ``part``."""
+    jobs = [(kernel, d, causal, cfg) for (kernel, d), cfgs in CANDIDATES.items()
+            for causal in (False, True) for cfg in cfgs]  # fmt: skip
+    cases: dict[tuple, _Case] = {}
+    for i, (kernel, d, causal, cfg) in enumerate(jobs):
+        if i % parts != part:
+            continue
+        case = cases.get((d, causal)) or cases.setdefault((d, causal), _Case(d, causal))
+        try:
+            case.launcher(kernel, cfg)()
+        except Exception as exc:  # noqa: BLE001  (the sweep will report it)
+            print(f"warm {kernel} D={d} causal={causal} {cfg}: {exc!r}"[:300], flush=True)
+    torch.cuda.synchronize()
+
+
+def _warm_flex() -> None:
+    """Compile FlexAttention's forward and backward for every row of the table."""
+    for d in (128, 64):
+        for causal in (False, True):
+            _bench_standard(d, causal, impls=("flex",), rounds=1, rep=5)
+    for kind in ("window", "documents"):
+        with contextlib.suppress(AssertionError):
+            _bench_masked(kind, rounds=1)
+
+
+def sweep(budget_s: float = 240.0) -> tuple[list[dict], dict]:
+    """Time every candidate per (kernel, D, causal); return rows and the winners."""
+    deadline = time.time() + budget_s
+    rows: list[dict] = []
+    best: dict[tuple, fa.KernelConfig] = {}
+    for d in (128, 64):
+        for causal in (False, True):
+            case = _Case(d, causal)
+            for kernel in ("fwd", "dkdv", "dq"):
+                timed = []
+                for cfg in CANDIDATES[(kernel, d)]:
+                    if time.time() > deadline:
+                        break
+                    fn = case.launcher(kernel, cfg)
+                    try:
+                        fn()
+                    except Exception as exc:  # noqa: BLE001  (out of resources, say)
+                        print(f"  {kernel} D={d} causal={causal} {cfg}: {exc!r}"[:200])
+                        continue
+                    ok = case.agrees(kernel)
+                    t = measure(fn, warmup=10, rep=40).median_ms
+                    tf = case.flops(kernel) / t / 1e9
+                    rows.append({"kernel": kernel, "d": d, "causal": causal,
+                                 "config": _literal(cfg), "ms": t, "tflops": tf, "ok": ok})  # fmt: skip
+                    print(f"  {kernel:4} D={d:3} causal={causal:d} {_literal(cfg):24} "
+                          f"{t:7.3f} ms {tf:5.0f} TFLOP/s {'' if ok else 'WRONG'}", flush=True)  # fmt: skip
+                    if ok:
+                        timed.append((t, cfg, fn))
+                timed.sort(key=lambda r: r[0])
+                top = {_literal(c): fn for _, c, fn in timed[:3]}
+                if len(top) > 1:  # the front runners, again, interleaved
+                    final = measure_interleaved(top, rounds=3, rep=60)
+                    name = min(final, key=lambda n: final[n].median_ms)
+                    cfg = next(c for _, c, _ in timed if _literal(c) == name)
+                elif timed:
+                    cfg = timed[0][1]
+                else:
+                    continue
+                best[(kernel, d, causal)] = cfg
+                print(f"best {kernel} D={d} causal={causal}: {_literal(cfg)}", flush=True)
+            del case
+            torch.cuda.empty_cache()
+    return rows, best
+
+
+def install(best: dict[tuple, fa.KernelConfig]) -> str:
+    """Put the winners in fa.CONFIGS (bf16 and fp16 alike); return them as source."""
+    lines = []
+    for d in (64, 128):
+        for causal in (False, True):
+            entry = {kernel: best.get((kernel, d, causal)) for kernel in ("fwd", "dkdv", "dq")}
+            for dtype in ("bf16", "fp16"):
+                cur = fa.CONFIGS[(90, d, dtype, causal)]
+                cur.update({kk: c for kk, c in entry.items() if c is not None})
+            cur = fa.CONFIGS[(90, d, "bf16", causal)]
+            lines.append(
+                f"(D={d}, causal={causal}): fwd={_literal(cur['fwd'])}, "
+                f"dkdv={_literal(cur['dkdv'])}, dq={_literal(cur['dq'])}"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="fewer interleaved rounds")
+    p.add_argument(
+        "--tune", action="store_true", help="sweep the tiles, use the winners, benchmark"
+    )
+    p.add_argument("--budget", type=float, default=240.0, help="seconds the sweep may take")
+    p.add_argument("--lengths", action="store_true", help="the sequence-length sweep only")
+    p.add_argument("--no-table", action="store_true", help="skip the target table")
+    p.add_argument("--warm", help="compile only: 'flex' or 'sweep:PART:PARTS'")
+    p.add_argument("--json", help="write the rows to this file")
+    args = p.parse_args(argv)
+    print(tilebook.banner(), flush=True)
+    if args.warm:
+        if args.warm == "flex":
+            _warm_flex()
+        else:
+            _, part, parts = args.warm.split(":")
+            _warm_sweep(int(part), int(parts))
+        return 0
+    out: dict[str, Any] = {}
+
+    def save():
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(out, f, indent=1)
+
+    if args.tune:
+        out["sweep"], best = sweep(args.budget)
+        out["winners"] = install(best)
+        print(out["winners"], flush=True)
+        save()
+    if args.lengths:
+        out["lengths"] = length_sweep()
+        save()
+        print(table(out["lengths"]))
+    if not args.no_table and not args.lengths:
+        out["bench"] = run(quick=args.quick)
+        save()
+        import triton
+
+        print(f"torch {torch.__version__}, triton {triton.__version__}, "
+              f"{torch.cuda.get_device_name()}, cuDNN {torch.backends.cudnn.version()}")  # fmt: skip
+        print(table(out["bench"]))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "4")
+    sys.exit(main())
