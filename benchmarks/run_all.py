@@ -21,7 +21,16 @@ import tilebook
 from tilebook import bench
 
 HERE = Path(__file__).parent
-MODULES = ["vector_add", "linear_act", "matmul", "softmax", "rms_norm", "flash_attention"]
+MODULES = [
+    "vector_add",
+    "linear_act",
+    "matmul",
+    "softmax",
+    "rms_norm",
+    "flash_attention",
+    "layer_norm",
+    "dropout",
+]
 
 
 def _load(name: str):

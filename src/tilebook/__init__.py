@@ -16,7 +16,9 @@ from .runtime import (
     pick,
 )
 from . import aot, bench, check, ops
+from .ops.dropout import dropout
 from .ops.flash_attention import flash_attention
+from .ops.layer_norm import layer_norm
 from .ops.linear_act import linear_act
 from .ops.matmul import matmul
 from .ops.rms_norm import rms_norm
@@ -33,11 +35,13 @@ __all__ = [
     "capability",
     "check",
     "device",
+    "dropout",
     "flash_attention",
     "get_runtime",
     "is_gpu",
     "is_hopper",
     "is_interpreter",
+    "layer_norm",
     "linear_act",
     "matmul",
     "ops",

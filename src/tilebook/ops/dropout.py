@@ -1,0 +1,235 @@
+"""Dropout whose mask is never stored: forward and backward regenerate it from a seed.
+
+``y = x * keep / (1 - p)``, where ``keep`` is 1 with probability ``1 - p``.  PyTorch's
+dropout writes the mask (a byte per element) in the forward pass and reads it back
+in the backward.  Here both passes compute it from ``(seed, element index)`` with
+Triton's counter-based Philox generator (``tl.randint4x``, the generator behind
+``tl.rand``): the forward reads ``x`` and writes ``y``, the backward reads ``dy`` and
+writes ``dx``, and nothing else crosses memory.
+
+Which element gets which random number (the mask's definition, independent of
+dtype, launch configuration and GPU, and identical in Triton's interpreter):
+
+* elements are numbered in row-major order of the tensor's shape (``i``);
+* they come in groups of ``4 * SUB`` (:data:`SUB` = 1024); element ``i`` takes word
+  ``(i % (4 * SUB)) // SUB`` of the four that Philox4x32-10 gives for the seed and
+  the counter ``(i // (4 * SUB)) * SUB + i % SUB``.  One Philox call serves four
+  elements ``SUB`` apart, so a program loads four contiguous runs of ``SUB``
+  elements, each with full-width vector loads;
+* the element is kept when that unsigned 32-bit word is at least
+  ``round(p * 2**32)``: it is dropped with probability ``p`` to within ``2**-33``.
+
+Philox is pure integer arithmetic (10 rounds of two 32x32-bit multiplies and some
+xors per four words): about ten instructions per element, well under what the
+memory traffic of a bf16 element leaves the SM to spend.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .._launch import device_guard, launch
+from ..validation import check_tensor
+
+__all__ = [
+    "GROUP",
+    "MAX_NUMEL",
+    "SUB",
+    "DropoutFunction",
+    "dropout",
+    "dropout_kernel",
+    "launch_dropout",
+]
+
+#: Elements that one Philox word-position covers in a group: part of the mask's
+#: definition (changing it changes every mask), not a tuning knob.
+SUB = 1024
+#: Elements per group: four runs of SUB, one per Philox output word.
+GROUP = 4 * SUB
+#: Largest tensor: Philox counters are 32-bit, one per four elements.
+MAX_NUMEL = 4 << 32
+
+
+# seed and the threshold change from call to call: specialising on them (== 1,
+# divisible by 16) would only compile more copies of the same kernel.
+@triton.jit(do_not_specialize=["seed", "thr_bits"])
+def dropout_kernel(
+    x_ptr,  # (n,) contiguous
+    y_ptr,  # (n,) contiguous
+    n,
+    seed,  # 0 <= seed < 2**63
+    thr_bits,  # the 32-bit threshold round(p * 2**32), as an int32 bit pattern
+    scale,  # 1 / (1 - p), or 0 when p == 1
+    SUB: tl.constexpr,  # see the module docstring: part of the mask's definition
+    GROUPS: tl.constexpr,  # groups of 4 * SUB elements per program
+):
+    pid = tl.program_id(0)
+    lane = tl.arange(0, SUB)
+    word = tl.arange(0, 4)[:, None]
+    thr = thr_bits.to(tl.uint32, bitcast=True)
+    for i in tl.static_range(GROUPS):
+        group = (pid * GROUPS + i).to(tl.int64)
+        # A group as one (4, SUB) tile: row q holds the elements that take word q.
+        # One load, one select and one store per tile let the compiler give Philox
+        # the layout of the 16-byte loads; four separate (SUB,) loads sharing the
+        # Philox words made it move the masks through shared memory instead.
+        offs = group * (4 * SUB) + word * SUB + lane[None, :]
+        mask = offs < n
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first")
+        # uint32 counters: the same stream on every Triton version (randint4x's
+        # handling of 64-bit offsets has changed over time).
+        w0, w1, w2, w3 = tl.randint4x(seed, (group * SUB + lane).to(tl.uint32))
+        w = tl.where(
+            word == 0,
+            w0[None, :],
+            tl.where(word == 1, w1[None, :], tl.where(word == 2, w2[None, :], w3[None, :])),
+        )
+        y = tl.where(w >= thr, x.to(tl.float32) * scale, 0.0)
+        tl.store(
+            y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask, eviction_policy="evict_first"
+        )
+
+
+def _threshold_bits(p: float) -> int:
+    """round(p * 2**32), capped at 2**32 - 1, as the int32 with the same bits."""
+    t = min(round(p * 2.0**32), 2**32 - 1)
+    return t - 2**32 if t >= 2**31 else t
+
+
+def _scale(p: float) -> float:
+    # p == 1 drops everything; a scale of 0 also zeroes the 2**-32 chance of a keep.
+    return 0.0 if p >= 1.0 else 1.0 / (1.0 - p)
+
+
+def _config(x: torch.Tensor) -> tuple[int, int]:
+    """(groups per program, num_warps).
+
+    A (4, SUB) tile with 4 warps gives each thread 8 contiguous elements of a row:
+    one 16-byte load of bf16 (two of fp32) and 8 Philox counters.  More warps than
+    SUB / 256 would replicate a bf16 tile across threads, each computing the same
+    Philox words.
+    """
+    return 1, 4
+
+
+def launch_dropout(
+    x: torch.Tensor,
+    p: float,
+    seed: int,
+    out: torch.Tensor | None = None,
+    *,
+    groups: int | None = None,
+    num_warps: int | None = None,
+) -> torch.Tensor:
+    """Apply the mask of ``(seed, p)`` to a contiguous ``x``, into ``out`` (new if None).
+
+    No checks beyond contiguity: :func:`dropout` validates.  ``groups`` (groups of
+    :data:`GROUP` elements per program) and ``num_warps`` override the defaults;
+    the mask does not depend on them.
+    """
+    if not x.is_contiguous():
+        raise ValueError("launch_dropout: x must be contiguous")
+    y = torch.empty_like(x, memory_format=torch.contiguous_format) if out is None else out
+    n = x.numel()
+    if n == 0:
+        return y
+    def_groups, def_warps = _config(x)
+    groups = groups or def_groups
+    warps = num_warps or def_warps
+    grid = (triton.cdiv(n, GROUP * groups),)
+    with device_guard(x):
+        launch(
+            dropout_kernel, grid,
+            x, y, n, seed, _threshold_bits(p), _scale(p),
+            SUB=SUB, GROUPS=groups, num_warps=warps,
+        )  # fmt: skip
+    return y
+
+
+class DropoutFunction(torch.autograd.Function):
+    """Dropout with the mask regenerated from the seed in the backward pass."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, p: float, seed: int) -> torch.Tensor:
+        ctx.p, ctx.seed = p, seed
+        return launch_dropout(x.contiguous(), p, seed)
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor):
+        # Dropout is linear: its gradient is the same mask and scale applied to dy.
+        # Elements are numbered by position in the shape, so dy's strides (the
+        # expanded ones of .sum().backward(), say) only cost a copy.
+        return launch_dropout(dy.contiguous(), ctx.p, ctx.seed), None, None
+
+
+def _check_p(p: object) -> float:
+    if isinstance(p, bool) or not isinstance(p, (float, int)):
+        raise TypeError(f"dropout: p must be a float, got {type(p).__name__}")
+    p = float(p)
+    if not 0.0 <= p <= 1.0:  # also False for NaN
+        raise ValueError(f"dropout: p must be a probability in [0, 1], got {p!r}")
+    return p
+
+
+def _check_seed(seed: object) -> int:
+    if seed is None:
+        # From torch's default generator, so that torch.manual_seed makes runs
+        # repeatable (and each call without a seed draws a fresh mask).
+        return int(torch.randint(0, 2**62, (), dtype=torch.int64).item())
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"dropout: seed must be an int or None, got {type(seed).__name__}")
+    if not 0 <= seed < 2**63:
+        raise ValueError(f"dropout: seed must be in [0, 2**63), got {seed}")
+    return int(seed)
+
+
+_grad_enabled = torch.is_grad_enabled
+
+
+@torch.compiler.disable  # opaque to torch.compile: see tilebook.ops docstring
+def dropout(
+    x: torch.Tensor, p: float = 0.5, *, seed: int | None = None, training: bool = True
+) -> torch.Tensor:
+    """Zero each element of ``x`` with probability ``p`` and scale the rest by ``1 / (1 - p)``.
+
+    Like ``torch.nn.functional.dropout(x, p, training)``, but the mask is a function
+    of ``seed`` and the element's position alone: the same seed and shape always
+    give the same mask (on a GPU and in the interpreter alike), and the backward
+    pass regenerates it instead of storing it.
+
+    Parameters
+    ----------
+    x
+        float16, bfloat16 or float32 tensor on tilebook's device, any shape and
+        strides (a strided ``x`` is copied first; the result is contiguous).
+    p
+        Probability of dropping an element, in ``[0, 1]``.  ``p = 0`` returns ``x``
+        itself; ``p = 1`` returns zeros.
+    seed
+        Integer in ``[0, 2**63)``, or None to draw one from torch's default
+        generator (so that ``torch.manual_seed`` makes the result repeatable).
+    training
+        When False, dropout is the identity and ``x`` itself is returned.
+
+    Examples
+    --------
+    >>> y = tilebook.dropout(x, 0.1, seed=1234)   # doctest: +SKIP
+    """
+    check_tensor(x, "x", "dropout")
+    p = _check_p(p)
+    if not isinstance(training, bool):
+        raise TypeError(f"dropout: training must be a bool, got {type(training).__name__}")
+    if not training or p == 0.0:
+        if seed is not None:
+            _check_seed(seed)
+        return x
+    seed = _check_seed(seed)
+    if x.numel() > MAX_NUMEL:
+        raise ValueError(
+            f"dropout: x has {x.numel()} elements, but dropout supports at most {MAX_NUMEL}"
+        )
+    if x.requires_grad and _grad_enabled():
+        return DropoutFunction.apply(x, p, seed)
+    return launch_dropout(x.contiguous(), p, seed)
