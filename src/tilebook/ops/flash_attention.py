@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.errors import OutOfResources
 
 from .. import runtime
 from .._launch import device_guard, ensure_cuda_context
@@ -451,10 +452,12 @@ def _fill_defaults() -> None:
                 "dkdv": _kc(64, 128, 8, 2),
                 "dq": _kc(128, 64, 8, 2),
             }
+            # D=256: the configurations that keep registers spill-free or nearly
+            # (dK/dV spills 176 bytes outside its inner loop).
             CONFIGS[(90, 256, dtype, causal)] = {
                 "fwd": _kc(64, 64, 4, 2),
-                "dkdv": _kc(32, 64, 4, 1),
-                "dq": _kc(64, 32, 4, 1),
+                "dkdv": _kc(64, 64, 8, 1),
+                "dq": _kc(64, 32, 4, 2),
             }
 
 
@@ -577,6 +580,20 @@ def _grid_1d(tiles: int, rows: int):
     return (tiles * rows,)
 
 
+def _run(kernel, grid, config: KernelConfig, *args, **constexprs) -> None:
+    """Launch with ``config``; if the tiles' pipeline does not fit in this GPU's shared
+    memory (a smaller GPU, or the document mask's extra buffers), with fewer stages."""
+    stages = config.num_stages
+    while True:
+        try:
+            kernel[grid](*args, **constexprs, num_warps=config.num_warps, num_stages=stages)
+            return
+        except OutOfResources:
+            if stages <= 1:
+                raise
+            stages -= 1
+
+
 def attention_forward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -603,12 +620,12 @@ def attention_forward(
     with device_guard(q):
         if q.is_cuda:
             ensure_cuda_context(q.device)
-        _fwd_kernel[_grid_1d(num_m, B * H)](
+        _run(
+            _fwd_kernel, _grid_1d(num_m, B * H), config,
             _descriptor(q, bm), _descriptor(k, bn), _descriptor(v, bn), _descriptor(o, bm),
             lse, doc if doc is not None else lse, rng,
             sm_scale * _LOG2E, H, H // Hkv, Nq, Nk, mask.left, mask.right, num_m,
             HEAD_DIM=D, BLOCK_M=bm, BLOCK_N=bn, BAND=mask.band, DOC=doc is not None,
-            num_warps=config.num_warps, num_stages=config.num_stages,
         )  # fmt: skip
     return o, lse
 
@@ -636,13 +653,13 @@ def launch_dkdv(q, k, v, do, lse, delta, dk, dv, *, sm_scale, mask, document_ids
     with device_guard(q):
         if q.is_cuda:
             ensure_cuda_context(q.device)
-        _bwd_dkdv_kernel[_grid_1d(num_n, B * Hkv)](
+        _run(
+            _bwd_dkdv_kernel, _grid_1d(num_n, B * Hkv), config,
             _descriptor(q, bm), _descriptor(k, bn), _descriptor(v, bn), _descriptor(do, bm),
             _descriptor(dk, bn), _descriptor(dv, bn), lse, delta,
             doc if doc is not None else lse, rng,
             sm_scale, sm_scale * _LOG2E, Hkv, H // Hkv, Nq, Nk, mask.left, mask.right, num_n,
             HEAD_DIM=D, BLOCK_M=bm, BLOCK_N=bn, BAND=mask.band, DOC=doc is not None,
-            num_warps=config.num_warps, num_stages=config.num_stages,
         )  # fmt: skip
     return dk, dv
 
@@ -658,12 +675,12 @@ def launch_dq(q, k, v, do, lse, delta, dq, *, sm_scale, mask, document_ids, conf
     with device_guard(q):
         if q.is_cuda:
             ensure_cuda_context(q.device)
-        _bwd_dq_kernel[_grid_1d(num_m, B * H)](
+        _run(
+            _bwd_dq_kernel, _grid_1d(num_m, B * H), config,
             _descriptor(q, bm), _descriptor(k, bn), _descriptor(v, bn), _descriptor(do, bm),
             _descriptor(dq, bm), lse, delta, doc if doc is not None else lse, rng,
             sm_scale, sm_scale * _LOG2E, H, H // Hkv, Nq, Nk, mask.left, mask.right, num_m,
             HEAD_DIM=D, BLOCK_M=bm, BLOCK_N=bn, BAND=mask.band, DOC=doc is not None,
-            num_warps=config.num_warps, num_stages=config.num_stages,
         )  # fmt: skip
     return dq
 
