@@ -30,7 +30,15 @@ import triton.language as tl
 
 import tilebook
 import tilebook.ops.dropout as op
-from tilebook.bench import Measurement, copy_bandwidth, measure, measure_interleaved, provenance
+from tilebook.bench import (
+    Measurement,
+    Record,
+    copy_bandwidth,
+    measure,
+    measure_interleaved,
+    provenance,
+    save_record,
+)
 
 DTYPE = torch.bfloat16
 P = 0.5
@@ -172,11 +180,11 @@ def tune() -> dict:
         res = []
         for groups, warps in CANDIDATES:
             fn = partial(op.launch_dropout, x, P, 7, groups=groups, num_warps=warps)
-            res.append((measure(fn, bytes_moved=nbytes, warmup=5, rep=30), (groups, warps)))
+            res.append((measure(fn, bytes_moved=nbytes, warmup=5, rep=20), (groups, warps)))
         same = torch.equal(_wide(x, 7), op.launch_dropout(x, P, 7))
-        res.append((measure(partial(_wide, x, 7), bytes_moved=nbytes, warmup=5, rep=30),
+        res.append((measure(partial(_wide, x, 7), bytes_moved=nbytes, warmup=5, rep=20),
                     f"wide-multiply Philox (same output: {same})"))  # fmt: skip
-        copy = measure(x.clone, bytes_moved=nbytes, warmup=5, rep=30)
+        copy = measure(x.clone, bytes_moved=nbytes, warmup=5, rep=20)
         res.append((copy, "x.clone() for scale"))
         line = "; ".join(f"{m.gbps:.0f} GB/s {m.median_ms * 1e3:.1f} us {c}" for m, c in res)
         print(f"tune {shape} (default first): {line}", flush=True)
@@ -202,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="16384x4096 only")
     parser.add_argument("--tune", action="store_true", help="sweep launch configs first")
+    parser.add_argument("--save", action="store_true", help="save the rows as bench_dropout")
     args = parser.parse_args(argv)
     print(tilebook.banner())
     if not tilebook.is_gpu():
@@ -212,7 +221,13 @@ def main(argv: list[str] | None = None) -> int:
           f"copy {copy_bandwidth().gbps:.0f} GB/s", flush=True)  # fmt: skip
     if args.tune:
         tune()
-    print_table(run(quick=args.quick))
+    rows = run(quick=args.quick)
+    print_table(rows)
+    if args.save:
+        prov = provenance()
+        prov["copy_gbps"] = copy_bandwidth().gbps
+        title = "dropout: tilebook against its baselines"
+        print(f"saved {save_record(Record('bench_dropout', title, rows, prov, live=True))}")
     return 0
 
 
