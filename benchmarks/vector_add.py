@@ -1,5 +1,11 @@
 """vector_add on a GPU against torch.add, float32, 2^20 to 2^28 elements.
 
+The measurements are lesson 07's, defined once in
+:mod:`tilebook.experiments.vector_add`; this benchmark runs them with more
+rounds and at the sizes of its target (at least 0.95x torch.add from 2^24 on),
+and, unless ``quick``, the launch-setting sweep that the package's
+configuration was chosen from.
+
 PYTHONPATH=src python benchmarks/vector_add.py
 """
 
@@ -10,15 +16,16 @@ from typing import Any
 import torch
 
 import tilebook
-from tilebook.bench import measure_interleaved
 from tilebook.check import CorrectnessReport
+from tilebook.experiments import vector_add as experiment
 
 #: Which implementation each kernel's ratio is taken against.
 BASELINE = {"vector_add": ["torch.add"]}
+TIMING = {"rounds": 5, "warmup": 25, "rep": 100}
 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
-    """Check, then measure tilebook.vector_add and torch.add; one row per (size, impl)."""
+    """Check every dtype, then measure; one row per (size, impl) and per launch setting."""
     report = CorrectnessReport("vector_add on the GPU vs float64")
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         a = torch.randn(2**20 + 3, device="cuda", dtype=dtype)
@@ -26,32 +33,20 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         report.check(f"n=2^20+3 {dtype}", tilebook.vector_add(a, b), a.double() + b.double())
     report.assert_ok()
 
-    rows = []
-    for exp in (24, 26, 28) if quick else range(20, 29):
-        n = 2**exp
-        a = torch.rand(n, device="cuda")
-        b = torch.rand(n, device="cuda")
-        out = torch.empty_like(a)
-        impls = {
-            "tilebook": lambda a=a, b=b, out=out: tilebook.vector_add(a, b, out=out),
-            "torch.add": lambda a=a, b=b, out=out: torch.add(a, b, out=out),
-        }
-        # Interleaved: both run within a percent of the copy ceiling.
-        for impl, m in measure_interleaved(impls, bytes_moved=3 * n * 4).items():
-            rows.append(
-                {
-                    "kernel": "vector_add",
-                    "shape": f"2^{exp}",
-                    "n": n,
-                    "dtype": "float32",
-                    "impl": impl,
-                    **m.as_row(),
-                }
-            )
-        del a, b, out
+    exponents = (24, 26, 28) if quick else range(20, 29)
+    rows = [
+        {"kernel": "vector_add", "shape": f"2^{r['log2n']}", **r}
+        for r in experiment.sizes(exponents, **TIMING)
+    ]
+    if not quick:
+        # No baseline: the runner's table skips these rows; the record keeps them.
+        rows += [
+            {"kernel": "vector_add launch setting", "shape": r["setting"], "impl": "tilebook", **r}
+            for r in experiment.launch_settings(rounds=3)
+        ]
     return rows
 
 
 if __name__ == "__main__":
     for r in run():
-        print(f"{r['shape']:>6} {r['impl']:>10} {r['gbps']:8.0f} GB/s")
+        print(f"{r['kernel']:>26} {r['shape']:>9} {r['impl']:>10} {r['gbps']:8.0f} GB/s")

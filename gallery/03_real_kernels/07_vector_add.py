@@ -2,24 +2,27 @@
 07. vector_add: your first complete kernel
 ==========================================
 
-Adding two vectors is the "hello world" of GPU programming, and it is also a
-complete lesson in what limits a memory-bound kernel.  We write the kernel,
-launch it over a grid, handle the ragged tail with a mask, give it one
-autotuning configuration, check it against PyTorch, time it with
-``triton.testing.do_bench`` and read the result against the fastest thing the
-memory system can do at all: a plain copy.
+Adding two vectors is the smallest kernel worth writing, and a complete one: a
+kernel, a grid of programs that covers any length, a mask for the ragged end,
+a launch setting, a check against PyTorch, and a measurement read against the
+fastest thing the memory can do at all, a plain copy.  We write the smallest
+correct kernel first, measure it, and then add the two things the package's
+kernel has on top: a launch setting chosen from a measured sweep, and 64-bit
+offsets for vectors of more than ``2**31`` elements.
 
 .. rubric:: You will learn
 
 - what ``@triton.jit``, ``tl.program_id``, ``tl.arange``, ``tl.load`` and
   ``tl.store`` do in a kernel that owns one block of elements;
-- how a grid of programs covers ``n`` elements, and why the last program needs a mask;
-- how to attach a launch configuration with ``triton.autotune``;
-- how to check a kernel against a float64 reference and time it properly;
-- how to read GB/s against the copy bandwidth, and which launch settings waste it.
+- how a grid covers ``n`` elements, and why the last program needs a mask;
+- how to check a kernel against a float64 reference;
+- how to time it with ``do_bench`` and read GB/s against the copy bandwidth;
+- which launch settings are slow, and how the compiled code shows why;
+- how one ``triton.autotune`` configuration and 64-bit offsets make the
+  teaching kernel into the package's.
 
-The finished kernel lives in the package as :func:`tilebook.vector_add`
-(source: :mod:`tilebook.ops.vector_add`).
+The finished kernel is :func:`tilebook.vector_add` (source:
+:mod:`tilebook.ops.vector_add`).
 """
 
 # %%
@@ -28,20 +31,22 @@ The finished kernel lives in the package as :func:`tilebook.vector_add`
 # Importing :mod:`tilebook` first matters: it decides whether this script runs
 # on a CUDA GPU or on the CPU through Triton's interpreter, and that decision
 # has to be made before Triton itself is imported.  The banner says which.
-# :func:`tilebook.pick` then gives each problem size twice, once for the GPU and
-# once for the interpreter, which executes every program one after another in
-# Python and so needs sizes a few thousand times smaller.
 
-import tilebook  # noqa: I001  (chooses GPU or interpreter before triton loads)
+import tilebook
 
 import torch
 import triton
 import triton.language as tl
 
-from tilebook.aot import compile_kernel
-from tilebook.bench import measure, record_or_measure
+from tilebook.aot import compile_many
+from tilebook.bench import record_or_measure
 from tilebook.check import CorrectnessReport
+from tilebook.claims import Claims, speedup
+from tilebook.experiments import vector_add as experiment
+from tilebook.ops.vector_add import DEFAULT_CONFIG
 from tilebook.plots import plot_record
+from tilebook.prose import say
+from tilebook.tables import table
 from tilebook.widgets import SweepExplorer
 
 print(tilebook.banner())
@@ -50,34 +55,460 @@ DEVICE = tilebook.device()
 # %%
 # The kernel
 # ----------
-# A Triton kernel is a Python function decorated with ``@triton.jit``.  It is
-# never run as Python on a GPU: on its first call Triton parses it, compiles it
-# for the types and constants of that call and caches the binary.  Every
-# *program* (the Triton word for one instance of the kernel, scheduled on one
-# streaming multiprocessor) executes the whole body on a *block* of data.
-#
-# The arguments:
+# A Triton kernel is a Python function decorated with ``@triton.jit``.  It never
+# runs as Python on a GPU: on its first call Triton compiles it for the types and
+# constants of that call and caches the binary.  Each :term:`program` (one
+# instance of the kernel, run on one :term:`SM`) executes the whole body on
+# one *block* of the data.
 #
 # ``x_ptr``, ``y_ptr``, ``out_ptr``
-#     Tensors arrive as pointers to their first element.  Triton reads the
-#     element type from the tensor, so ``x_ptr + 3`` points three *elements*
-#     further, not three bytes.
+#     Tensors arrive as pointers to their first element.  Triton knows the
+#     element type, so ``x_ptr + 3`` points three *elements* further.
 # ``n_elements``
-#     How many elements there are.  The grid has to cover all of them, so the
-#     last program usually owns a block that runs past the end.
+#     How many elements there are.  The last program usually owns a block that
+#     runs past the end.
 # ``BLOCK_SIZE: tl.constexpr``
 #     Elements per program.  ``tl.constexpr`` makes it a compile-time constant:
-#     ``tl.arange`` needs one, and each value compiles its own binary.  Triton
-#     blocks have power-of-two lengths.
-# ``INT64_OFFSETS: tl.constexpr``
-#     Offsets are 32-bit by default; a tensor of more than ``2**31 - 1``
-#     elements would overflow them, so the launcher switches to 64-bit offsets
-#     for those, and only those.
+#     ``tl.arange`` needs one (of a power-of-two length), and each value
+#     compiles its own binary.
 #
-# Inside, ``tl.program_id(0)`` says which block this program owns,
-# ``tl.arange(0, BLOCK_SIZE)`` is the vector ``0, 1, …, BLOCK_SIZE - 1``, and the
-# mask ``offsets < n_elements`` switches off the lanes past the end: a masked
-# lane neither reads nor writes memory.
+# ``tl.program_id(0)`` says which block this program owns, ``tl.arange(0,
+# BLOCK_SIZE)`` is the vector ``0, 1, ..., BLOCK_SIZE - 1``, and the mask
+# ``offsets < n_elements`` switches off the lanes past the end: a masked lane
+# neither reads nor writes memory.
+
+
+@triton.jit
+def plain_add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+    pid = tl.program_id(axis=0)
+    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    x = tl.load(x_ptr + offsets, mask=mask)
+    y = tl.load(y_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, x + y, mask=mask)
+
+
+# %%
+# Launching it
+# ------------
+# A launch names the grid in square brackets: how many programs to start.  We
+# need ``cdiv(n, BLOCK_SIZE)`` of them, the division rounded up.  ``num_warps``
+# is a launch option, not a kernel argument: how many :term:`warps <warp>` of
+# :datasheet:`cuda.warp_size` each program gets.  Triton spreads the block over
+# those threads and decides on its own how many neighbouring elements each
+# thread handles.
+
+
+def add(x, y, block_size=1024, num_warps=4):
+    out = torch.empty_like(x)
+    n = out.numel()
+    grid = (triton.cdiv(n, block_size),)
+    plain_add_kernel[grid](x, y, out, n, BLOCK_SIZE=block_size, num_warps=num_warps)
+    return out
+
+
+x = torch.rand(1000, device=DEVICE)  # not a multiple of the block: a ragged end
+y = torch.rand(1000, device=DEVICE)
+print("programs launched with BLOCK_SIZE=256:", triton.cdiv(x.numel(), 256))
+err = (add(x, y, block_size=256) - (x + y)).abs().max().item()
+print("max |add(x, y) - (x + y)| =", err)
+
+# %%
+# Is it right?
+# ------------
+# We compare with the sum computed in float64 from the same inputs: the largest
+# absolute error and the norm-wise relative error.  The sizes are the awkward
+# ones: a single element, a prime, one past a power of two, and a large size.
+# :class:`tilebook.check.CorrectnessReport` raises when a case misses its
+# tolerance, so a wrong kernel stops the build of this page.  (bfloat16 is
+# checked on a GPU only: the interpreter computes it wrongly.)
+
+N = tilebook.pick(gpu=2**24 + 7, cpu=2**14 + 7)
+dtypes = [torch.float32, torch.float16]
+dtypes += [torch.bfloat16] if tilebook.is_gpu() else []
+report = CorrectnessReport("vector_add vs float64 reference")
+for dtype in dtypes:
+    for n in (1, 97, 4097, N):
+        a = torch.randn(n, device=DEVICE, dtype=dtype)
+        b = torch.randn(n, device=DEVICE, dtype=dtype)
+        report.check(f"n={n}", add(a, b), a.double() + b.double())
+report.assert_ok()
+
+# %%
+# How fast can it be?
+# -------------------
+# Vector addition does one add for every three elements it moves (two read,
+# one written): far too little arithmetic to keep the GPU busy, so memory
+# bandwidth sets its speed.  We count the bytes that *must* move, ``3 * n``
+# elements, and divide by the time: GB/s.  The ceiling is not the
+# :term:`HBM` bandwidth of the datasheet (:datasheet:`h100.hbm_bandwidth` for
+# an H100) but a device-to-device copy of a large buffer measured in the same
+# run, which reads and writes every byte once: no ordinary kernel moves bytes
+# faster.
+#
+# :mod:`tilebook.experiments.vector_add` times :func:`tilebook.vector_add` (the
+# kernel above, launched with the package's setting: where that comes from is
+# the next section) against ``torch.add`` with ``triton.testing.do_bench``,
+# which empties the :term:`L2` cache before each call and reports the median
+# of many calls.  The two run in interleaved rounds, so the p20-p80 spread
+# includes the drift of the GPU's clocks.  On a CPU,
+# :func:`tilebook.bench.record_or_measure` shows the record committed from a GPU
+# run instead, and the plot says where it was measured.
+
+sizes = record_or_measure(
+    "lesson07_sizes", "vector_add, float32: GB/s by size", experiment.sizes
+)
+copy = sizes.provenance["copy_gbps"]
+fig = plot_record(
+    sizes,
+    x="n",
+    y="gbps",
+    series="impl",
+    logx=True,
+    xlabel="elements (float32)",
+    ylabel="GB/s (bytes read + written)",
+    ceiling=copy,
+    ceiling_label="device-to-device copy",
+)
+
+# %%
+# The same data as a table; "tie" means that the two spreads overlap.
+
+ex = sizes.values("log2n")
+vs = {
+    e: speedup(
+        sizes.one(log2n=e, impl="tilebook"), sizes.one(log2n=e, impl="torch.add")
+    )
+    for e in ex
+}
+
+
+def verdict(c):
+    return "tie" if c.tied else ("tilebook ahead" if c.faster else "torch.add ahead")
+
+
+def torch_row(r):
+    return sizes.one(log2n=r["log2n"], impl="torch.add")
+
+
+table(
+    sizes.rows,
+    {
+        "n": lambda r: f"2^{r['log2n']}",
+        "tilebook µs": lambda r: f"{1e3 * r['median_ms']:.1f}",
+        "torch.add µs": lambda r: f"{1e3 * torch_row(r)['median_ms']:.1f}",
+        "tilebook GB/s": ("gbps", "{:,.0f}"),
+        "torch.add GB/s": lambda r: f"{torch_row(r)['gbps']:,.0f}",
+        "of the copy": lambda r: f"{r['gbps'] / copy:.0%}",
+        "": lambda r: verdict(vs[r["log2n"]]),
+    },
+    where={"impl": "tilebook"},
+    caption=sizes.caption(),
+)
+
+# %%
+# What the data say, checked on the data above.  *Close to the copy line*
+# means at least ``NEAR_COPY`` of the copy's rate; the smallest sizes are the
+# first three of the sweep.
+
+NEAR_COPY = 0.9
+
+
+def near_copy_from(impl):
+    """The smallest exponent from which ``impl`` stays close to the copy line."""
+    rows = sizes.select(impl=impl)
+    good = [
+        e
+        for e in ex
+        if all(r["gbps"] >= NEAR_COPY * copy for r in rows if r["log2n"] >= e)
+    ]
+    return min(good, default=None)
+
+
+reach = {impl: near_copy_from(impl) for impl in ("tilebook", "torch.add")}
+both = None if None in reach.values() else max(reach.values())
+large = [e for e in ex if both is not None and e >= both]
+small = ex[:3]
+
+
+def growth(impl):
+    t = [sizes.one(log2n=e, impl=impl)["median_ms"] for e in (small[0], small[-1])]
+    return t[1] / t[0]
+
+
+claims = Claims("07 vector_add", sizes)
+claims.check(
+    "Both tilebook and torch.add come close to the copy line at the largest sizes",
+    both is not None,
+    f"from 2^{reach['tilebook']} and 2^{reach['torch.add']} on",
+)
+claims.check(
+    "Where both are close to the copy line, tilebook and torch.add tie",
+    bool(large) and all(vs[e].tied for e in large),
+    "; ".join(f"2^{e}: {vs[e].evidence('tilebook', 'torch.add')}" for e in large),
+)
+claims.check(
+    "At the smallest sizes the time hardly grows with the bytes: launch-bound",
+    max(growth("tilebook"), growth("torch.add")) < 2,
+    f"{2 ** (small[-1] - small[0])}x the bytes: tilebook takes "
+    f"{growth('tilebook'):.2f}x the time, torch.add {growth('torch.add'):.2f}x",
+)
+claims
+
+# %%
+
+t_small = max(r["median_ms"] for r in sizes.rows if r["log2n"] in small)
+sms = sizes.provenance["sm_count"]
+block = DEFAULT_CONFIG.kwargs["BLOCK_SIZE"]
+few = max((e for e in ex if e > small[-1] and 2**e // block < sms), default=None)
+if both is None:
+    regimes = say("Neither comes close to the copy line at any size measured.")
+else:
+    regimes = say(
+        "Both come within {near:.0%} of the copy from 2^{both} elements on (three "
+        "tensors of {mib:,.0f} MiB each), and from there on they tie at every size. "
+        "Up to 2^{s} elements every call takes at most {us:.1f} µs, about the same "
+        "at every size: the cost of launching a kernel and waiting for its first "
+        "bytes, which a small vector cannot hide.",
+        near=NEAR_COPY,
+        both=both,
+        mib=2**both * 4 / 2**20,
+        s=small[-1],
+        us=1e3 * t_small,
+    )
+if few is not None:
+    regimes += say(
+        "In between, the GPU is not yet full: at 2^{e} elements the package's "
+        "setting launches {p:,} programs, fewer than the {sms} SMs of this GPU.",
+        e=few,
+        p=2**few // block,
+        sms=sms,
+    )
+regimes
+
+# %%
+# A program runs on one SM, so until there are several programs for every SM
+# part of the GPU waits.  No launch setting fixes a vector that is too small;
+# a small addition is better fused into the kernel that produces its inputs
+# (lesson 08 fuses an activation into a matrix product).
+#
+# Turning the knobs
+# -----------------
+# ``BLOCK_SIZE`` and ``num_warps`` decide how the work is cut: how many programs
+# there are, and how many elements each thread owns, ``BLOCK_SIZE / (32 *
+# num_warps)``.  :func:`tilebook.experiments.vector_add.launch_settings` times
+# a grid of both on a vector of ``2**26`` float32 elements, all settings in the
+# same interleaved rounds.  Move the sliders or click a cell: the settings
+# flagged *slow* run below ``SLOW`` of the best one, and their notes say why.
+
+sweep = record_or_measure(
+    "lesson07_launch",
+    "vector_add, float32, 2^26 elements: GB/s by launch setting",
+    experiment.launch_settings,
+)
+SLOW = 0.9
+best = max(r["gbps"] for r in sweep.rows)
+slow = [r for r in sweep.rows if r["gbps"] < SLOW * best]
+smallest = min(sweep.values("BLOCK_SIZE"))
+chosen = {
+    "BLOCK_SIZE": DEFAULT_CONFIG.kwargs["BLOCK_SIZE"],
+    "num_warps": DEFAULT_CONFIG.num_warps,
+}
+
+# %%
+# Before explaining the slow settings, read what the compiler made of them.
+# :func:`tilebook.aot.compile_many` compiles the package's kernel (the one
+# timed) for an H100 on any machine, here at the package's setting, at the
+# smallest block, at the setting with the least work per thread, and at every
+# slow setting that neither of those two explains; ``ptxas`` reports the
+# :term:`registers <register>` and :term:`spills <spill>` of each, and the
+# :term:`SASS` shows how wide the loads are.
+
+
+def thin(r):
+    return r["elements_per_thread"] <= 1
+
+
+unexplained = [r for r in slow if r["BLOCK_SIZE"] != smallest and not thin(r)]
+shown = [
+    sweep.one(**chosen),
+    sweep.one(BLOCK_SIZE=smallest, num_warps=1),
+    min(sweep.rows, key=lambda r: r["elements_per_thread"]),
+    *unexplained,
+]
+SIGNATURE = {
+    "x_ptr": "*fp32",
+    "y_ptr": "*fp32",
+    "out_ptr": "*fp32",
+    "n_elements": "i32",
+}
+compiled = compile_many(
+    {
+        r["setting"]: {
+            "constexprs": {"BLOCK_SIZE": r["BLOCK_SIZE"], "INT64_OFFSETS": False},
+            "num_warps": r["num_warps"],
+        }
+        for r in shown
+    },
+    kernel="tilebook.ops.vector_add:add_kernel",
+    signature=SIGNATURE,
+    divisible_by_16=list(SIGNATURE),
+)
+table(
+    shown,
+    {
+        "BLOCK_SIZE / num_warps": "setting",
+        "elements per thread": ("elements_per_thread", "{:g}"),
+        "registers": lambda r: compiled[r["setting"]].registers,
+        "spilled bytes": lambda r: compiled[r["setting"]].spill_stores_bytes,
+        "16-byte loads": lambda r: compiled[r["setting"]].count(r"LDG\.E\.128"),
+        "narrower loads": lambda r: compiled[r["setting"]].count(r"LDG\.E(?!\.128)"),
+        "of the best": lambda r: f"{r['gbps'] / best:.0%}",
+    },
+    caption="compiled for sm_90 ahead of time; speeds from the sweep below",
+)
+
+# %%
+# A load of four neighbouring float32 values is one 16-byte instruction
+# (``LDG.E.128``), the widest there is; a thread that owns fewer elements loads
+# them in narrower pieces.  Three kinds of setting are slow, and each slow row
+# of the widget says which kind it is:
+#
+# - **the smallest block**: so many programs of so little work each that the
+#   cost is per program.  One warp or two make no difference there, and the
+#   compiled code is as clean as the package's.
+# - **one element per thread or fewer**: each thread keeps a single element
+#   of each input in flight; with more threads than elements, threads even load
+#   copies of each other's elements.
+# - **spills**: so many elements per thread that they do not fit in the
+#   registers, and ``ptxas`` spills them to local memory, which lives in HBM.
+
+
+def note(r):
+    k = compiled.get(r["setting"])
+    parts = []
+    if k is not None and k.spill_stores_bytes:
+        parts.append(
+            f"ptxas spills {k.spill_stores_bytes} bytes per thread at {k.registers} "
+            f"registers: {r['elements_per_thread']:g} elements per thread do not fit."
+        )
+    if r["BLOCK_SIZE"] == smallest:
+        parts.append(
+            f"The smallest block, {r['programs']:,} programs: one warp or two "
+            "run at the same speed here, so the cost is per program."
+        )
+    if r["elements_per_thread"] < 1:
+        parts.append(
+            f"{32 * r['num_warps']} threads for {r['BLOCK_SIZE']} elements: "
+            "threads load copies of each other's elements."
+        )
+    elif thin(r):
+        parts.append("One element per thread: one element of each input in flight.")
+    return " ".join(parts)
+
+
+rows = [
+    {
+        **r,
+        "note": note(r) if r in slow else "",
+        "detail": f"{r['elements_per_thread']:g} elements per thread, "
+        f"{r['programs']:,} programs",
+    }
+    for r in sweep.rows
+]
+SweepExplorer(
+    rows,
+    knobs=["BLOCK_SIZE", "num_warps"],
+    metric="gbps",
+    unit="GB/s",
+    title="vector_add: BLOCK_SIZE and num_warps against measured bandwidth",
+    caption=sweep.caption(),
+    initial=chosen,
+    ceiling=copy,
+    ceiling_label="the copy",
+    slow_fraction=SLOW,
+    note="note",
+    extra="detail",
+)
+
+# %%
+# The claims of this section, checked on the sweep:
+
+pair = [sweep.one(BLOCK_SIZE=smallest, num_warps=w) for w in (1, 2)]
+per_program = speedup(*pair)
+spilled = [r for r in shown if compiled[r["setting"]].spill_stores_bytes]
+package = shown[0]
+launch = Claims("07 vector_add", sweep)
+launch.check(
+    "At the smallest block one warp and two tie, and both are slow",
+    per_program.tied and all(r in slow for r in pair),
+    per_program.evidence("one warp", "two warps"),
+)
+launch.check(
+    "Every setting that spills is slow",
+    bool(spilled) and all(r in slow for r in spilled),
+    ", ".join(f"{r['setting']}: {r['gbps'] / best:.0%} of the best" for r in spilled),
+)
+launch.check(
+    "Every slow setting is of one of the three kinds",
+    all(note(r) for r in slow),
+    f"{len(slow)} slow settings of {len(sweep.rows)}",
+)
+launch.check(
+    "The package's setting is among the best measured",
+    package["gbps"] >= 0.95 * best,
+    f"{package['setting']}: {package['gbps'] / best:.1%} of the best",
+)
+launch
+
+# %%
+# One autotuning configuration
+# ----------------------------
+# Most of the grid lies within a few percent of the best setting: any of them
+# would do, and the package takes one from that plateau (the last claim above).
+# ``triton.autotune`` attaches it to the kernel.  It takes a list of
+# :class:`triton.Config` objects (values for ``constexpr`` arguments plus launch
+# options) and, on the first call for each value of ``key``, times them all and
+# keeps the fastest.  With one config there is nothing to time: the launcher no
+# longer passes ``BLOCK_SIZE`` or ``num_warps``, and the grid becomes a function
+# of the chosen ``BLOCK_SIZE``.
+
+print("the package's config:", DEFAULT_CONFIG)
+tuned_plain_kernel = triton.autotune(configs=[DEFAULT_CONFIG], key=[])(plain_add_kernel)
+
+
+def add_tuned(x, y):
+    out = torch.empty_like(x)
+    n = out.numel()
+    tuned_plain_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)](x, y, out, n)
+    return out
+
+
+print("max |add_tuned - (x + y)| =", (add_tuned(x, y) - (x + y)).abs().max().item())
+
+# %%
+# Past 2**31 elements: 64-bit offsets
+# -----------------------------------
+# ``tl.program_id`` is a 32-bit integer, and so is ``pid * BLOCK_SIZE``.  A
+# float32 vector of ``2**31`` elements fits on a large GPU, and there the last
+# programs' offsets no longer fit in 32 bits.  The arithmetic of the last
+# program for a vector a little past that size, with the package's block:
+
+n_huge = 2**31 + 5
+last = triton.cdiv(n_huge, block) - 1
+print(f"last program: {last:,}")
+for bits in (torch.int32, torch.int64):
+    first = (torch.tensor(last, dtype=bits) * block).item()
+    print(f"its first offset as {bits}: {first:,}")
+
+# %%
+# The 32-bit offset wraps around to a large negative number, which passes the
+# mask ``offsets < n_elements``: the program would read and write memory
+# *before* the tensors, silently.  The package's kernel computes ``pid`` in 64
+# bits when the launcher asks for it with one more ``constexpr`` flag.  Being a
+# ``constexpr``, the flag costs the usual sizes nothing: ``if INT64_OFFSETS``
+# is decided at compile time, and the 32-bit binary holds no trace of it.  This
+# is the package's kernel, in full (a test keeps the two the same):
 
 
 @triton.jit
@@ -100,295 +531,88 @@ def add_kernel(
 
 
 # %%
-# Launching it
-# ------------
-# A launch names the grid in square brackets: how many programs to start.  We
-# need ``ceil(n / BLOCK_SIZE)`` of them, which ``triton.cdiv`` computes.
-# ``num_warps`` is a launch option, not a kernel argument: how many warps of 32
-# threads each program gets.  Triton spreads the block over those threads; it
-# decides on its own how many elements each thread handles and whether it can
-# load them 16 bytes at a time.
+# The launcher asks for 64-bit offsets exactly when the last program's offsets
+# could pass ``2**31 - 1`` (exercise 3 asks why it adds ``BLOCK_SIZE``), with
+# the one config attached as before.  This is what :func:`tilebook.vector_add`
+# runs, after checking its inputs.
+
+tuned_add_kernel = triton.autotune(configs=[DEFAULT_CONFIG], key=[])(add_kernel)
 
 
-def add(x: torch.Tensor, y: torch.Tensor, block_size: int = 1024, num_warps: int = 4):
+def vector_add(x, y):
     out = torch.empty_like(x)
     n = out.numel()
-    grid = (triton.cdiv(n, block_size),)
-    add_kernel[grid](x, y, out, n, BLOCK_SIZE=block_size, INT64_OFFSETS=False, num_warps=num_warps)
+    int64 = n + DEFAULT_CONFIG.kwargs["BLOCK_SIZE"] >= 2**31
+    grid = lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)
+    tuned_add_kernel[grid](x, y, out, n, INT64_OFFSETS=int64)
     return out
 
 
-n_small = 1000  # not a multiple of any block size: the last program is ragged
-x = torch.rand(n_small, device=DEVICE)
-y = torch.rand(n_small, device=DEVICE)
-print("max |add(x, y) - (x + y)| =", (add(x, y) - (x + y)).abs().max().item())
-print("programs launched with BLOCK_SIZE=256:", triton.cdiv(n_small, 256))
-
-# %%
-# One autotuning configuration
-# ----------------------------
-# ``triton.autotune`` takes a list of :class:`triton.Config` objects (values for
-# the ``constexpr`` arguments plus launch options) and, on the first call for
-# each value of ``key``, times them all and keeps the fastest.  With one config
-# there is nothing to time: it simply attaches the launch settings to the
-# kernel, so the launcher no longer passes them and the grid becomes a function
-# of the chosen ``BLOCK_SIZE``.  This is how :func:`tilebook.vector_add` is
-# built; its one config comes from the top of the sweep further down, where
-# a dozen settings measured on an H100 lie within a couple of percent of each
-# other.
-
-tuned_add_kernel = triton.autotune(configs=[tilebook.ops.vector_add.DEFAULT_CONFIG], key=[])(
-    add_kernel
-)
-
-
-def add_tuned(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    out = torch.empty_like(x)
-    n = out.numel()
-    tuned_add_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)](
-        x, y, out, n, INT64_OFFSETS=False
-    )
-    return out
-
-
-print("tilebook's config:", tilebook.ops.vector_add.DEFAULT_CONFIG)
-print("max |add_tuned - (x + y)| =", (add_tuned(x, y) - (x + y)).abs().max().item())
-
-# %%
-# Is it right?
-# ------------
-# We compare against the sum computed in float64 from the same inputs and
-# report the largest absolute error and the norm-wise relative error.  The
-# sizes are the awkward ones: a single element, a prime, one past a power of
-# two, and a large size.  :class:`tilebook.check.CorrectnessReport` raises if any
-# case misses its tolerance, so a wrong kernel stops the build of this page.
-# (bfloat16 is checked only on a GPU: the interpreter computes bf16 wrongly.)
-
-N = tilebook.pick(gpu=2**24 + 7, cpu=2**14 + 7)
-dtypes = [torch.float32, torch.float16] + ([torch.bfloat16] if tilebook.is_gpu() else [])
-report = CorrectnessReport("vector_add vs float64 reference")
-for dtype in dtypes:
-    for n in (1, 97, 4097, N):
-        a = torch.randn(n, device=DEVICE, dtype=dtype)
-        b = torch.randn(n, device=DEVICE, dtype=dtype)
-        ref = a.double() + b.double()
-        report.check(f"lesson kernel n={n}", add(a, b), ref)
-        report.check(f"tilebook.vector_add n={n}", tilebook.vector_add(a, b), ref)
-# A strided view: the package copies it to a contiguous layout first.
-a = torch.randn(2 * N, device=DEVICE)[::2]
-b = torch.randn(N, device=DEVICE)
-report.check("strided x (every 2nd)", tilebook.vector_add(a, b), a.double() + b.double())
-report.assert_ok()
-
-# %%
-# How fast can it be?
-# -------------------
-# Vector addition does one add per 12 bytes of float32 traffic (two 4-byte
-# reads, one 4-byte write), far too little arithmetic to keep the GPU's units
-# busy: its speed is set by memory bandwidth.  So we report GB/s, counting the
-# bytes that *must* move, ``3 * n * 4``, and we hold it against two references
-# measured in the same run: ``torch.add`` (PyTorch's own element-wise kernel)
-# and a device-to-device copy of 1 GiB, which reads and writes every byte once
-# and is as close to the memory system's ceiling as ordinary code gets.
-#
-# On a GPU the sweep below runs live with ``do_bench`` (median of many timed
-# runs, with the 20th and 80th percentiles kept as spread) and is saved as a
-# JSON record with its provenance.  On a CPU there is nothing meaningful to
-# time, so :func:`tilebook.bench.record_or_measure` returns the record that was
-# committed from a GPU run instead, and the plot says where it was measured.
-
-
-def size_sweep():
-    rows = []
-    for exp in range(12, 29):
-        n = 2**exp
-        a = torch.rand(n, device="cuda")
-        b = torch.rand(n, device="cuda")
-        out = torch.empty_like(a)
-        nbytes = 3 * n * a.element_size()
-        impls = {
-            "tilebook": lambda a=a, b=b, out=out: tilebook.vector_add(a, b, out=out),
-            "torch.add": lambda a=a, b=b, out=out: torch.add(a, b, out=out),
-        }
-        for impl, fn in impls.items():
-            m = measure(fn, bytes_moved=nbytes)
-            rows.append({"n": n, "log2n": exp, "impl": impl, "dtype": "float32", **m.as_row()})
-        del a, b, out
-    return rows
-
-
-sizes = record_or_measure("vector_add_sizes", "vector_add, float32: GB/s by size", size_sweep)
-fig = plot_record(
-    sizes,
-    x="n",
-    y="gbps",
-    series="impl",
-    logx=True,
-    xlabel="elements (float32)",
-    ylabel="GB/s (bytes read + written)",
-    ceiling=sizes.provenance.get("copy_gbps") if sizes else None,
-    ceiling_label="1 GiB device copy",
-    name="vector_add_sizes",
-)
-
-# %%
-# The numbers behind the plot, for the sizes large enough to fill the GPU:
-
-if sizes is not None:
-    print(sizes.caption())
-    copy = sizes.provenance.get("copy_gbps")
-    print(f"{'n':>10} {'tilebook GB/s':>14} {'torch.add GB/s':>15} {'ratio':>6} {'of copy':>8}")
-    for exp in range(20, 29):
-        (ours,) = sizes.select(log2n=exp, impl="tilebook")
-        (theirs,) = sizes.select(log2n=exp, impl="torch.add")
-        print(
-            f"{'2^' + str(exp):>10} {ours['gbps']:14.0f} {theirs['gbps']:15.0f} "
-            f"{ours['gbps'] / theirs['gbps']:6.3f} {ours['gbps'] / copy:8.1%}"
-        )
-else:
-    print("No committed GPU record of this benchmark yet: nothing to show.")
-
-# %%
-# Small sizes are slow for every implementation: a launch costs a few
-# microseconds whatever it does, and 4096 elements take far less than that to
-# move.  From about a million elements on, the kernel is limited by memory
-# bandwidth alone, and both Triton and PyTorch sit close to the copy line.
-#
-# Turning the knobs
-# -----------------
-# ``BLOCK_SIZE`` and ``num_warps`` decide how much work each thread gets.  With
-# ``BLOCK_SIZE / (32 * num_warps)`` elements per thread: too few and each
-# program does so little that scheduling overhead dominates and too few bytes
-# are in flight; too many and the values no longer fit in registers, so the
-# compiler spills them to (slow) local memory.  The widget below holds a sweep
-# over both knobs on a 2**26-element float32 vector, measured on a GPU.  Move
-# the sliders, or click a cell: some settings run at a fraction of the best.
-
-SWEEP_N = 2**26
-BLOCKS = [128, 256, 512, 1024, 2048, 4096, 8192, 16384]
-WARPS = [1, 2, 4, 8, 16]
-
-
-def config_sweep():
-    a = torch.rand(SWEEP_N, device="cuda")
-    b = torch.rand(SWEEP_N, device="cuda")
+final = CorrectnessReport("the final kernel vs float64 reference")
+for n in (97, N):
+    a, b = torch.randn(n, device=DEVICE), torch.randn(n, device=DEVICE)
+    ref = a.double() + b.double()
+    final.check(f"vector_add n={n}", vector_add(a, b), ref)
     out = torch.empty_like(a)
-    rows = []
-    for block in BLOCKS:
-        for warps in WARPS:
-            m = measure(
-                lambda block=block, warps=warps: tilebook.vector_add(
-                    a, b, out=out, block_size=block, num_warps=warps
-                ),
-                bytes_moved=3 * SWEEP_N * 4,
-            )
-            per_thread = block / (32 * warps)
-            rows.append(
-                {
-                    "BLOCK_SIZE": block,
-                    "num_warps": warps,
-                    "elements_per_thread": per_thread,
-                    "detail": f"{per_thread:g} elements per thread",
-                    **m.as_row(),
-                }
-            )
-    return rows
-
-
-sweep = record_or_measure(
-    "vector_add_sweep", "vector_add, float32, 2^26 elements: GB/s by launch setting", config_sweep
-)
-if sweep is not None:
-    widget = SweepExplorer(
-        sweep.rows,
-        knobs=["BLOCK_SIZE", "num_warps"],
-        metric="gbps",
-        unit="GB/s",
-        title="vector_add: BLOCK_SIZE and num_warps against measured bandwidth",
-        caption=sweep.caption(),
-        initial={"BLOCK_SIZE": 1024, "num_warps": 4},
-        ceiling=sweep.provenance.get("copy_gbps"),
-        ceiling_label="the 1 GiB copy",
-        slow_hint="too little work per thread, or so much that it spills out of registers.",
-        extra="detail",
+    add_kernel[(triton.cdiv(n, 1024),)](
+        a, b, out, n, BLOCK_SIZE=1024, INT64_OFFSETS=True
     )
-else:
-    widget = "No committed GPU record of the launch-setting sweep yet: nothing to show."
-widget
+    final.check(f"64-bit offsets n={n}", out, ref)
+    same = tilebook.vector_add(a, b).double()
+    final.check(f"== tilebook.vector_add n={n}", vector_add(a, b), same, tol=0)
+final.assert_ok()
 
 # %%
-# Why is the slow corner slow?  Read the compiled kernel
-# ------------------------------------------------------
-# Guessing is cheap, reading is better.  :func:`tilebook.aot.compile_kernel`
-# compiles a kernel for an H100 (``sm_90``) without needing one, and reports
-# what ``ptxas`` allocated.  Compare the tuned setting with 16384 elements on
-# a single warp (512 per thread):
-
-signature = {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n_elements": "i32"}
-for block, warps in [(1024, 4), (4096, 8), (16384, 1)]:
-    k = compile_kernel(
-        "tilebook.ops.vector_add:add_kernel",
-        signature,
-        {"BLOCK_SIZE": block, "INT64_OFFSETS": False},
-        num_warps=warps,
-        divisible_by_16=list(signature),
-    )
-    print(
-        f"BLOCK_SIZE={block:5d} num_warps={warps:2d}: {k.registers} registers/thread, "
-        f"{k.spill_stores_bytes} bytes spilled, {k.count(r'LDG.E.128')} 16-byte loads (LDG.E.128)"
-    )
-
-# %%
-# Every setting loads 16 bytes per instruction, which is what coalesced,
-# vectorised access looks like in SASS.  Only the single-warp, 16384-element
-# program runs out of the 255 registers a thread may have and spills; the
-# others differ in how much work is in flight per multiprocessor, which only a
-# measurement can tell you.
-#
 # Try this
 # --------
 #
 # 1. Write ``axpy``: ``out = alpha * x + y`` with ``alpha`` a Python float
-#    passed as an ordinary (non-constexpr) argument.
+#    passed as an ordinary (non-``constexpr``) argument.
 #
 #    .. dropdown:: Solution
 #
 #       .. code-block:: python
 #
 #          @triton.jit
-#          def axpy_kernel(x_ptr, y_ptr, out_ptr, alpha, n, BLOCK_SIZE: tl.constexpr):
-#              offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+#          def axpy_kernel(x_ptr, y_ptr, out_ptr, alpha, n, BLOCK: tl.constexpr):
+#              offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
 #              m = offs < n
 #              x = tl.load(x_ptr + offs, mask=m)
 #              y = tl.load(y_ptr + offs, mask=m)
 #              tl.store(out_ptr + offs, alpha * x + y, mask=m)
 #
-#       Scalars become kernel arguments of type ``fp32``; Triton specialises on
-#       a value of 1 for integers but not for floats, so any ``alpha`` reuses
-#       one binary.
+#       A float becomes a kernel argument of type ``fp32``.  Triton specialises
+#       integer arguments equal to one (and notes those divisible by 16) but
+#       not floats, so every ``alpha`` reuses one binary.
 #
 # 2. Launch ``add`` with ``block_size=1000``.  What happens, and why?
 #
 #    .. dropdown:: Solution
 #
 #       Compilation fails: ``tl.arange`` needs a power-of-two length.
-#       :func:`tilebook.vector_add` checks this up front and raises a
+#       :func:`tilebook.vector_add` checks this first and raises a
 #       ``ValueError`` instead.
 #
-# 3. In the widget, find the slowest setting with ``BLOCK_SIZE=128``.  How
-#    many elements does each thread own there, and what does that say about
-#    the bytes each multiprocessor has in flight?
+# 3. The launcher switches to 64-bit offsets when ``n + BLOCK_SIZE >= 2**31``,
+#    not when ``n >= 2**31``.  Why add ``BLOCK_SIZE``?
 #
 #    .. dropdown:: Solution
 #
-#       With 16 warps, 128 elements are spread over 512 threads: most threads
-#       own nothing at all (Triton replicates the block), every program moves
-#       only 1.5 KiB, and the multiprocessors spend their time starting and
-#       retiring programs instead of keeping loads in flight.
+#       The masked lanes compute their offsets too.  The last program's lanes
+#       reach ``cdiv(n, BLOCK_SIZE) * BLOCK_SIZE - 1``, up to ``BLOCK_SIZE - 1``
+#       past ``n``.  If those wrapped around to negative numbers they would
+#       pass the mask ``offsets < n_elements`` and touch memory before the
+#       tensor.
 #
-# 4. Time ``add`` on float16 inputs.  Does GB/s change?  Does time?
+# 4. In the table of compiled code, the setting with the least work per
+#    thread has no 16-byte loads.  How many elements must each thread own for
+#    its loads to be 16 bytes wide, in float32 and in float16?  Which
+#    ``BLOCK_SIZE`` gives that with ``num_warps=4``?
 #
 #    .. dropdown:: Solution
 #
-#       GB/s stays about the same (the kernel is bandwidth-bound whatever the
-#       type) while the time halves, because half as many bytes move.
+#       Four float32 or eight float16 values make 16 bytes, so
+#       ``BLOCK_SIZE / (32 * num_warps)`` must be at least four (float32) or
+#       eight (float16): with ``num_warps=4``, ``BLOCK_SIZE=512`` or
+#       ``BLOCK_SIZE=1024``.  Check it with :func:`tilebook.aot.compile_kernel`
+#       and the signature ``{"x_ptr": "*fp16", ...}``.

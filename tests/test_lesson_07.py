@@ -1,0 +1,196 @@
+"""Lesson 07 (vector_add): its kernels, its launchers, and the measurement it shares.
+
+Running the whole lesson takes a while, so these tests lift its kernels and
+launchers out of the script (by their source) into a small module and check
+them against float64 and against the package.  The lesson's last kernel must
+stay the package's :func:`tilebook.ops.vector_add.add_kernel`, its first one
+the same kernel without the 64-bit flag, and the lesson and
+``benchmarks/vector_add.py`` must time through the one definition in
+:mod:`tilebook.experiments.vector_add`.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import inspect
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import tilebook
+from tilebook.bench import RECORDS_DIR, load_record
+from tilebook.experiments import vector_add as experiment
+from tilebook.ops import vector_add as va
+
+ROOT = Path(__file__).parents[1]
+LESSON = ROOT / "gallery" / "03_real_kernels" / "07_vector_add.py"
+SOURCE = LESSON.read_text()
+TREE = ast.parse(SOURCE)
+LIFTED = ["plain_add_kernel", "add", "add_kernel", "vector_add"]
+
+
+def _top_level(name: str) -> ast.stmt:
+    found = [
+        n
+        for n in TREE.body
+        if isinstance(n, ast.FunctionDef | ast.Assign)
+        and name in ([n.name] if isinstance(n, ast.FunctionDef) else [t.id for t in n.targets])
+    ]
+    assert len(found) == 1, f"lesson 07 defines {name!r} {len(found)} times at top level"
+    return found[0]
+
+
+def _source(name: str) -> str:
+    node = _top_level(name)
+    start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+    return "\n".join(SOURCE.splitlines()[start - 1 : node.end_lineno])
+
+
+@pytest.fixture(scope="module")
+def lesson(tmp_path_factory):
+    """The lifted definitions as a module (an importable file, as Triton needs source)."""
+    head = (
+        "import torch\nimport triton\nimport triton.language as tl\n"
+        "from tilebook.ops.vector_add import DEFAULT_CONFIG\n\n"
+    )
+    body = []
+    for name in LIFTED:
+        body.append(_source(name))
+        if name == "add_kernel":  # the lesson's one-config autotuner, as the lesson builds it
+            body.append(_source("tuned_add_kernel"))
+    path = tmp_path_factory.mktemp("lesson07") / "lesson07_lifted.py"
+    path.write_text(head + "\n\n".join(body) + "\n")
+    spec = importlib.util.spec_from_file_location("lesson07_lifted", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _body(fn_source: str) -> list[str]:
+    """The statements of a kernel, without its signature or comments."""
+    (node,) = ast.parse(textwrap.dedent(fn_source)).body
+    return [ast.unparse(s) for s in node.body]
+
+
+def test_the_final_kernel_is_the_package_kernel():
+    package = textwrap.dedent(inspect.getsource(va.add_kernel.fn))
+    package = package[package.index("@triton.jit") :]
+    assert _source("add_kernel").strip() == package.strip()
+
+
+def test_the_teaching_kernel_is_the_final_one_without_the_64_bit_flag():
+    plain = _body(_source("plain_add_kernel"))
+    final = _body(_source("add_kernel"))
+    flag = [s for s in final if s.startswith("if INT64_OFFSETS")]
+    assert len(flag) == 1
+    assert [s for s in final if s not in flag] == plain
+
+
+@pytest.mark.parametrize("n", [1, 97, 1000, 4097])
+def test_the_lesson_launchers_match_float64(lesson, device, n):
+    x = torch.randn(n, device=device)
+    y = torch.randn(n, device=device)
+    ref = x.double() + y.double()
+    for out in (lesson.add(x, y), lesson.add(x, y, block_size=256, num_warps=2)):
+        torch.testing.assert_close(out.double(), ref, rtol=1e-6, atol=1e-6)
+    assert torch.equal(lesson.vector_add(x, y), tilebook.vector_add(x, y))
+
+
+def test_64_bit_offsets_compute_the_same(lesson, device):
+    import triton
+
+    x = torch.randn(3001, device=device)
+    y = torch.randn(3001, device=device)
+    out = torch.full_like(x, float("nan"))
+    grid = (triton.cdiv(3001, 1024),)
+    lesson.add_kernel[grid](x, y, out, 3001, BLOCK_SIZE=1024, INT64_OFFSETS=True)
+    assert torch.equal(out, lesson.add(x, y))
+
+
+class _Recorder:
+    """Stands in for an autotuned kernel: notes the INT64_OFFSETS each launch asks for."""
+
+    def __init__(self):
+        self.flags = []
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.flags.append(kwargs["INT64_OFFSETS"])
+
+
+def test_64_bit_offsets_from_the_same_size_as_the_package(lesson, monkeypatch):
+    """Both launchers switch where the last program's offsets could pass 2**31 - 1.
+
+    Meta tensors stand in for the 8 GiB vectors: the launchers read only sizes.
+    """
+    block = va.DEFAULT_CONFIG.kwargs["BLOCK_SIZE"]
+    ours, package = _Recorder(), _Recorder()
+    monkeypatch.setattr(lesson, "tuned_add_kernel", ours)
+    monkeypatch.setattr(va, "_tuned_add_kernel", package)
+    for n in (2**31 - block - 1, 2**31 - block, 2**31 + 5):
+        x = torch.empty(n, device="meta")
+        lesson.vector_add(x, x)
+        va.launch_add(x, x, torch.empty_like(x))
+    assert ours.flags == package.flags == [False, True, True]
+
+
+def _calls(tree: ast.AST) -> set[str]:
+    return {
+        ast.unparse(n.func) if not isinstance(n.func, ast.Name) else n.func.id
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call)
+    } | {ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+
+
+def test_lesson_and_benchmark_share_one_definition():
+    lesson = _calls(TREE)
+    bench = _calls(ast.parse((ROOT / "benchmarks" / "vector_add.py").read_text()))
+    for fn in ("experiment.sizes", "experiment.launch_settings"):
+        assert fn in lesson, fn
+        assert fn in bench, fn
+    # Neither times vector_add on its own.
+    for calls in (lesson, bench):
+        assert not {"measure", "measure_interleaved", "bench.measure"} & calls
+
+
+def test_committed_records_are_the_experiment_s_grids():
+    sizes = load_record("lesson07_sizes", RECORDS_DIR)
+    launch = load_record("lesson07_launch", RECORDS_DIR)
+    assert sizes is not None and launch is not None
+    assert sizes.values("log2n") == list(experiment.EXPONENTS)
+    assert sizes.values("impl") == ["tilebook", "torch.add"]
+    assert launch.values("BLOCK_SIZE") == list(experiment.BLOCKS)
+    assert launch.values("num_warps") == list(experiment.WARPS)
+    for r in launch.rows:
+        assert r["setting"] == experiment.setting(r["BLOCK_SIZE"], r["num_warps"])
+        assert r["elements_per_thread"] == experiment.elements_per_thread(
+            r["BLOCK_SIZE"], r["num_warps"]
+        )
+        assert r["p20_ms"] <= r["median_ms"] <= r["p80_ms"]
+    # The widget starts at the package's setting, so the sweep must hold it.
+    cfg = va.DEFAULT_CONFIG
+    launch.one(BLOCK_SIZE=cfg.kwargs["BLOCK_SIZE"], num_warps=cfg.num_warps)
+
+
+def test_experiment_arithmetic():
+    assert experiment.traffic(1000) == 12_000
+    assert experiment.traffic(1000, torch.float16) == 6_000
+    assert experiment.elements_per_thread(4096, 8) == 16
+    assert experiment.elements_per_thread(128, 16) == 0.25
+    assert experiment.setting(4096, 8) == "4096/8"
+
+
+@pytest.mark.gpu
+def test_experiments_run_on_a_gpu():
+    rows = experiment.sizes((12, 14), rounds=1, warmup=1, rep=5)
+    assert [(r["log2n"], r["impl"]) for r in rows] == [
+        (12, "tilebook"),
+        (12, "torch.add"),
+        (14, "tilebook"),
+        (14, "torch.add"),
+    ]
+    rows = experiment.launch_settings(2**16, blocks=(256, 1024), warps=(1, 4), rounds=1, rep=5)
+    assert [r["setting"] for r in rows] == ["256/1", "256/4", "1024/1", "1024/4"]
+    assert all(r["programs"] == 2**16 // r["BLOCK_SIZE"] and r["gbps"] > 0 for r in rows)
