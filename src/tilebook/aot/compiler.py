@@ -8,6 +8,8 @@ It needs no GPU: Triton compiles for the target it is given.
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import inspect
 import io
 import linecache
@@ -231,6 +233,25 @@ def _disassemble(cubin: bytes) -> tuple[str, lines.LineMap, str]:
 # ------------------------------------------------------------------- compiling
 
 
+@functools.cache
+def _keyed_source():
+    """Triton's ASTSource with the kernel's file in its cache key.
+
+    Triton keys a compile on the kernel's text and first line number, not on
+    its file, so the same kernel at the same line of another file (a lesson's
+    copy of a package kernel, a test's temporary script) would come back from
+    the cache with the other file's name in every location record.
+    """
+    from triton.compiler import ASTSource
+
+    class FileKeyedSource(ASTSource):
+        def hash(self) -> str:
+            where = self.fn.fn.__code__.co_filename
+            return hashlib.sha256(f"{super().hash()}-{where}".encode()).hexdigest()
+
+    return FileKeyedSource
+
+
 def _source_of(fn) -> tuple[str, int, str]:
     """File, first line and text of the Python function behind a JITFunction."""
     py = fn.fn
@@ -255,7 +276,6 @@ def compile_here(
     """Compile the ``JITFunction`` ``fn`` for ``sm_<arch>``; the fields of a CompiledKernel."""
     import triton
     from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
     name = fn.__name__
     check_arguments(name, list(fn.arg_names), signature, constexprs, divisible_by_16)
@@ -263,11 +283,16 @@ def compile_here(
     # Pointers and sizes that a launch would find divisible by 16 get the hint
     # the launch gives them; without it the loads are not vectorised.
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in divisible_by_16}
-    src = ASTSource(fn=fn, signature=full_sig, constexprs=dict(constexprs), attrs=attrs)
+    src = _keyed_source()(fn=fn, signature=full_sig, constexprs=dict(constexprs), attrs=attrs)
     opts = {"num_warps": num_warps, "num_stages": num_stages, **(options or {})}
     printed = io.StringIO()  # on a ptxas failure Triton prints the whole PTX
     try:
-        with contextlib.redirect_stdout(printed):
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(contextlib.redirect_stdout(printed))
+            compilation = triton.knobs.compilation
+            if hasattr(compilation, "store_binary_only") and hasattr(compilation, "scope"):
+                stack.enter_context(compilation.scope())
+                compilation.store_binary_only = False  # a cache hit must bring every stage
             k = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=opts)
     except Exception as exc:  # Triton's errors have no common base class
         raise AotError(
@@ -285,6 +310,9 @@ def compile_here(
             "Use fewer num_stages or smaller blocks."
         )
 
+    absent = [s for s in ("ttir", "ttgir", "llir", "ptx", "cubin") if s not in k.asm]
+    if absent:
+        raise AotError(f"Triton's compile of {name} kept no {', '.join(absent)}")
     stages = {s: k.asm[s] for s in ("ttir", "ttgir", "llir", "ptx")}
     line_map = {
         "ttir": lines.mlir_line_map(stages["ttir"]),
@@ -293,6 +321,9 @@ def compile_here(
         "ptx": lines.ptx_line_map(stages["ptx"]),
     }
     stages["sass"], line_map["sass"], disassembler = _disassemble(k.asm["cubin"])
+    sites = lines.llvm_call_sites(stages["llir"])
+    for stage in ("ptx", "sass"):
+        line_map[stage] = lines.add_call_sites(line_map[stage], sites)
 
     log = _ptxas_log(stages["ptx"], arch, opts)
     m = _REGISTERS.search(log)

@@ -24,7 +24,16 @@ from __future__ import annotations
 import os
 import re
 
-__all__ = ["LineMap", "Loc", "llvm_line_map", "mlir_line_map", "ptx_line_map", "sass_line_map"]
+__all__ = [
+    "LineMap",
+    "Loc",
+    "add_call_sites",
+    "llvm_call_sites",
+    "llvm_line_map",
+    "mlir_line_map",
+    "ptx_line_map",
+    "sass_line_map",
+]
 
 Loc = tuple[str, int]
 LineMap = list[tuple[int, tuple[Loc, ...]]]
@@ -106,45 +115,84 @@ def _field(body: str, name: str) -> str | None:
     return m.group(1) if m else None
 
 
-def llvm_line_map(text: str) -> LineMap:
-    """Source lines of each instruction of an LLVM IR module (``!dbg`` records)."""
-    lines = text.splitlines()
-    nodes: dict[str, tuple[str, str]] = {}
-    for line in lines:
-        if m := _LLVM_META.match(line):
-            nodes["!" + m.group(1)] = (m.group(2), m.group(3))
+class _LLVMDebug:
+    """The debug metadata of an LLVM IR module: ``!N`` nodes and what they locate."""
 
-    def file_of(ref: str | None, depth: int = 0) -> str | None:
-        if ref is None or ref not in nodes or depth > 32:
+    def __init__(self, text: str) -> None:
+        self.nodes: dict[str, tuple[str, str]] = {}
+        for line in text.splitlines():
+            if m := _LLVM_META.match(line):
+                self.nodes["!" + m.group(1)] = (m.group(2), m.group(3))
+
+    def file_of(self, ref: str | None, depth: int = 0) -> str | None:
+        if ref is None or ref not in self.nodes or depth > 32:
             return None
-        kind, body = nodes[ref]
+        kind, body = self.nodes[ref]
         if kind == "DIFile":
             name = (_field(body, "filename") or '""')[1:-1]
             directory = (_field(body, "directory") or '""')[1:-1]
             return os.path.normpath(os.path.join(directory, name))
-        return file_of(_field(body, "file"), depth + 1) or file_of(_field(body, "scope"), depth + 1)
+        return self.file_of(_field(body, "file"), depth + 1) or self.file_of(
+            _field(body, "scope"), depth + 1
+        )
 
-    def locs_of(ref: str, depth: int = 0) -> set[Loc]:
-        if ref not in nodes or depth > 64:
-            return set()
-        kind, body = nodes[ref]
+    def own(self, ref: str) -> Loc | None:
+        """The line a DILocation or DISubprogram names itself, without call sites."""
+        if ref not in self.nodes:
+            return None
+        kind, body = self.nodes[ref]
         if kind not in ("DILocation", "DISubprogram"):
-            return set()
+            return None
         line = _field(body, "line")
-        scope = ref if kind == "DISubprogram" else _field(body, "scope")
-        path = file_of(scope)
-        out = {(path, int(line))} if path and line else set()
-        if inlined := _field(body, "inlinedAt"):
-            out |= locs_of(inlined, depth + 1)
+        path = self.file_of(ref if kind == "DISubprogram" else _field(body, "scope"))
+        return (path, int(line)) if path and line else None
+
+    def locs(self, ref: str, depth: int = 0) -> set[Loc]:
+        """The line ``ref`` names and every line it was inlined at."""
+        if ref not in self.nodes or depth > 64:
+            return set()
+        out = {loc} if (loc := self.own(ref)) else set()
+        if inlined := _field(self.nodes[ref][1], "inlinedAt"):
+            out |= self.locs(inlined, depth + 1)
         return out
 
+
+def llvm_line_map(text: str) -> LineMap:
+    """Source lines of each instruction of an LLVM IR module (``!dbg`` records)."""
+    debug = _LLVMDebug(text)
     result: LineMap = []
-    for number, line in enumerate(lines, 1):
-        if line.startswith(("!", "#dbg_")) or line.lstrip().startswith("#dbg_"):
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith("!") or line.lstrip().startswith("#dbg_"):
             continue
-        if (m := _LLVM_DBG.search(line)) and (loc := _ordered(locs_of("!" + m.group(1)))):
+        if (m := _LLVM_DBG.search(line)) and (loc := _ordered(debug.locs("!" + m.group(1)))):
             result.append((number, loc))
     return result
+
+
+def llvm_call_sites(text: str) -> dict[Loc, set[Loc]]:
+    """For each line of an inlined helper, the lines it was inlined at (``inlinedAt``)."""
+    debug = _LLVMDebug(text)
+    sites: dict[Loc, set[Loc]] = {}
+    for ref, (kind, body) in debug.nodes.items():
+        inlined = _field(body, "inlinedAt")
+        if kind == "DILocation" and inlined and (own := debug.own(ref)):
+            sites.setdefault(own, set()).update(debug.locs(inlined) - {own})
+    return sites
+
+
+def add_call_sites(line_map: LineMap, sites: dict[Loc, set[Loc]]) -> LineMap:
+    """Give a line that names only a helper's line the helper's call sites too.
+
+    Triton 3.6 writes no ``inlined_at`` into PTX, so its PTX and SASS name an
+    inlined helper's line alone; the LLVM IR still records where it was inlined.
+    A helper called from several lines gets all of them.
+    """
+    out: LineMap = []
+    for number, locs in line_map:
+        if len(locs) == 1 and locs[0] in sites:
+            locs = _ordered(set(locs) | sites[locs[0]])
+        out.append((number, locs))
+    return out
 
 
 # ------------------------------------------------------------------------- PTX
