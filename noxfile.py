@@ -138,9 +138,10 @@ def _save_records(session: nox.Session, built: Path) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff over the package, lessons, tests and this file."""
+    """ruff over the package, lessons, tests and this file: the lint rules, then the format."""
     session.install(*nox.project.dependency_groups(PYPROJECT, "lint"))
     session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
 
 
 @nox.session(venv_backend=BACKEND)

@@ -1,16 +1,25 @@
-"""Host (Python) time per call of each op on a GPU, against its PyTorch counterpart.
+"""Host (Python) time per call of each op on a GPU, against its PyTorch counterpart,
+beside the GPU time of the same call.
 
 A kernel whose launch costs more host time than its GPU work runs host-bound: the
 GPU idles between launches and every GB/s figure drops.  Tiny inputs make the GPU
 work negligible, so wall time per call of many back-to-back calls is host time.
+The kernel column is ``triton.testing.do_bench_cudagraph`` of the same call: the
+GPU time alone, with the host taken out by replaying a captured CUDA graph.
 
-    PYTHONPATH=src python benchmarks/host_overhead.py [--profile OP]
+    PYTHONPATH=src python benchmarks/host_overhead.py [--profile OP] [--routes] [--json PATH]
+
+``--routes`` times the ways of launching softmax's forward kernel: Triton's JIT
+(``kernel[grid](...)``), ``compiled[grid](...)`` on what ``kernel.warmup(...)``
+returned, the ``compiled[grid]`` launcher kept between calls (what
+:class:`tilebook._launch.Launched` does), and the public op.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import json
 import pstats
 import time
 from collections.abc import Callable
@@ -30,6 +39,16 @@ def _host_us(fn: Callable[[], object], n: int = 300) -> float:
         fn()
     torch.cuda.synchronize()
     return (time.perf_counter() - t) / n * 1e6
+
+
+def _kernel_us(fn: Callable[[], object]) -> float | None:
+    """GPU microseconds per call from a replayed CUDA graph (None: not capturable)."""
+    import triton
+
+    try:
+        return triton.testing.do_bench_cudagraph(fn, rep=20) * 1e3
+    except Exception:  # noqa: BLE001  (an autograd call, say, that a graph cannot hold)
+        return None
 
 
 def cases() -> dict[str, tuple[Callable, Callable]]:
@@ -67,9 +86,41 @@ def cases() -> dict[str, tuple[Callable, Callable]]:
     }
 
 
+def routes() -> dict[str, Callable[[], object]]:
+    """softmax's forward kernel on a 16 x 1024 bf16 input, launched each way."""
+    from tilebook.ops import softmax as sm
+
+    x = torch.randn(16, 1024, device="cuda", dtype=torch.bfloat16)
+    y = torch.empty_like(x)
+    cfg = sm.pick_config(1024)
+    meta = sm._meta(cfg, 16, 1024, x, y)
+    grid = sm._grid(16, cfg, x.device)
+    args = (x, y, 16, 1024, 1024, 1024)
+    kernel = sm.softmax_fwd_kernel
+    compiled = kernel.warmup(*args, grid=grid, **meta)
+    names = kernel.arg_names[len(args) :]
+    full = (*args, *(meta[n] for n in names))
+    grid3 = (*grid, 1, 1)
+    kept = compiled[grid3]
+    out = {
+        "JIT: kernel[grid](...)": lambda: kernel[grid](*args, **meta),
+        "warmup + compiled[grid](...) per call": lambda: compiled[grid3](*full),
+        "compiled[grid] kept between calls": lambda: kept(*full),
+    }
+    from tilebook import _launch
+
+    launched = _launch.launch(kernel, grid, *args, **meta)  # None before issue 8
+    if callable(launched):
+        out["tilebook._launch.Launched"] = lambda: launched(*args)
+    out["tilebook.softmax (checks, output, launch)"] = lambda: tilebook.softmax(x)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--profile", default="", help="cProfile this op's tilebook call")
+    p.add_argument("--routes", action="store_true", help="time the launch routes too")
+    p.add_argument("--json", default="", help="also write the results to this file")
     args = p.parse_args()
     print(tilebook.banner())
     all_cases = cases()
@@ -83,9 +134,32 @@ def main() -> None:
             fn()
         prof.disable()
         pstats.Stats(prof).sort_stats("tottime").print_stats(15)
-    print(f"{'op':<14} {'tilebook us':>12} {'torch us':>9}")
+    rows = []
     for name, (ours, theirs) in all_cases.items():
-        print(f"{name:<14} {_host_us(ours):12.1f} {_host_us(theirs):9.1f}")
+        row = {"op": name, "tilebook_host_us": _host_us(ours), "torch_host_us": _host_us(theirs)}
+        row["tilebook_kernel_us"], row["torch_kernel_us"] = _kernel_us(ours), _kernel_us(theirs)
+        rows.append(row)
+    print(
+        f"{'op':<14} {'tilebook host':>13} {'torch host':>10} {'tb kernel':>9} {'torch kernel':>12}"
+    )
+    for r in rows:
+        kern = [
+            f"{v:.1f}" if v is not None else "-"
+            for v in (r["tilebook_kernel_us"], r["torch_kernel_us"])
+        ]
+        print(
+            f"{r['op']:<14} {r['tilebook_host_us']:13.1f} {r['torch_host_us']:10.1f} "
+            f"{kern[0]:>9} {kern[1]:>12}"
+        )
+    route_rows = {}
+    if args.routes:
+        print("\nsoftmax forward, 16 x 1024 bf16: host us per launch by route")
+        for name, fn in routes().items():
+            route_rows[name] = _host_us(fn)
+            print(f"  {name:<44} {route_rows[name]:6.1f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"banner": tilebook.banner(), "ops": rows, "routes": route_rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,46 +1,158 @@
-"""The cached direct launch: same results as the JIT, taken only where it is safe."""
+"""tilebook._launch: relaunches only what Triton would have compiled the same way,
+once per call, on the tensors' GPU."""
 
 from __future__ import annotations
+
+import threading
 
 import pytest
 import torch
 import triton
+import triton.language as tl
 
 import tilebook
 from tilebook import _launch
 
 
-def test_spec_covers_what_triton_specialises_on():
-    t = torch.empty(8)
-    assert _launch._spec(t) == ("t", torch.float32, True)
-    assert _launch._spec(t[1:]) == ("t", torch.float32, False)  # 4-byte offset: unaligned
-    assert _launch._spec(1) == ("i", True, False, True)
-    assert _launch._spec(32) == ("i", False, True, True)
-    assert _launch._spec(2**40) == ("i", False, True, False)
-    assert _launch._spec(True) == ("b", True)
-    assert _launch._spec(0.5) == ("f",)
-    assert _launch._spec(None) == ("n",)
-    assert _launch._spec("x") is None
+@triton.jit
+def _count_kernel(counter_ptr, x_ptr, n, scale, BLOCK: tl.constexpr):
+    # Adds 1 to the counter once per launch (program 0 only) and scales x in place.
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(x_ptr + offs, x * scale, mask=mask)
+    if tl.program_id(0) == 0:
+        tl.atomic_add(counter_ptr, 1)
+
+
+def _argument_samples():
+    base = torch.empty(64, dtype=torch.float32)
+    ints = [-(2**40), -17, -16, -1, 0, 1, 2, 15, 16, 17, 32, 2**31 - 16, 2**31 - 1, 2**31, 2**40]
+    floats = [0.0, 1e-6, 0.5, 1.0, 16.0, 3.0e38, 1e300, float("inf")]
+    tensors = [
+        base,
+        base[1:],
+        base[2:],
+        base[4:],
+        base[8:],
+        base[16:],
+        base.half(),
+        base.half()[8:],
+    ]
+    return [*ints, *floats, True, False, None, *tensors]
+
+
+def test_launch_key_is_finer_than_tritons_specialisation():
+    """Two arguments with one launch key must be ones Triton compiles alike (asked of
+    Triton's own specialisation function, for every pair of samples)."""
+    try:
+        from triton._C.libtriton import native_specialize_impl
+        from triton.backends.compiler import BaseBackend
+    except ImportError:  # pragma: no cover - depends on the installed Triton
+        pytest.skip(f"triton {triton.__version__} has no native_specialize_impl to ask")
+
+    def triton_says(v):
+        return native_specialize_impl(BaseBackend, v, False, True, True)
+
+    samples = _argument_samples()
+    for i, a in enumerate(samples):
+        for b in samples[i + 1 :]:
+            if _launch._arg_key(a) == _launch._arg_key(b):
+                assert triton_says(a) == triton_says(b), (a, b)
+    # ...and the key is not so fine that aligned tensors never share a launch.
+    t = torch.empty(64)
+    assert _launch._arg_key(t) == _launch._arg_key(torch.empty(64))
+    assert _launch._arg_key(t[1:]) != _launch._arg_key(t)
 
 
 @pytest.mark.skipif(tilebook.is_gpu(), reason="CPU behaviour")
-def test_interpreter_never_takes_the_direct_path():
-    assert not _launch.direct_launch_enabled()
-    x = torch.randn(5, 7)
+def test_interpreter_launches_through_the_jit_only():
+    x = torch.ones(10)
+    counter = torch.zeros(1, dtype=torch.int32)
     for _ in range(3):
-        tilebook.softmax(x)
+        assert _launch.launch(_count_kernel, (1,), counter, x, 10, 2.0, BLOCK=16) is None
+    assert counter.item() == 3
+    assert torch.equal(x, torch.full((10,), 8.0))
     assert not _launch._CACHE
 
 
-def test_direct_path_is_gated_by_version(monkeypatch):
-    monkeypatch.setattr(triton, "__version__", "9.9.0")
-    assert not _launch.direct_launch_enabled()
+def test_memo_starts_over_when_full():
+    memo = _launch.Memo(limit=3)
+    for i in range(3):
+        memo.remember(i, i)
+    memo.remember("next", 1)
+    assert dict(memo) == {"next": 1}
 
 
 @pytest.mark.gpu
-def test_repeat_calls_take_the_direct_path_and_stay_right():
-    if not _launch.direct_launch_enabled():
-        pytest.skip(f"direct launch not verified for triton {triton.__version__}")
+def test_each_call_launches_once_and_repeats_take_the_short_route():
+    n = 1000
+    x = torch.ones(n, device="cuda")
+    counter = torch.zeros(1, dtype=torch.int32, device="cuda")
+    grid = (triton.cdiv(n, 256),)
+    first = _launch.launch(_count_kernel, grid, counter, x, n, 2.0, BLOCK=256)
+    assert isinstance(first, _launch.Launched)
+    torch.cuda.synchronize()
+    assert counter.item() == 1, "the first launch ran the kernel more than once"
+    for i in range(2, 6):
+        again = _launch.launch(_count_kernel, grid, counter, x, n, 0.5 if i % 2 else 2.0, BLOCK=256)
+        assert again is first, "a repeat call of the same specialisation compiled anew"
+        torch.cuda.synchronize()
+        assert counter.item() == i
+    assert torch.equal(x, torch.full((n,), 2.0, device="cuda"))
+    # A different specialisation (unaligned pointer) is a different launch.
+    y = torch.ones(n + 1, device="cuda")[1:]
+    other = _launch.launch(_count_kernel, grid, counter, y, n, 2.0, BLOCK=256)
+    assert other is not first
+    # The Launched itself: new tensors, one launch.
+    fresh = torch.ones(n, device="cuda")
+    assert first(counter, fresh, n, 3.0)
+    torch.cuda.synchronize()
+    assert counter.item() == 7 and torch.equal(fresh, torch.full((n,), 3.0, device="cuda"))
+
+
+@pytest.mark.gpu
+def test_keyed_alike_means_compiled_alike():
+    """Triton's warmup (no launch) says which arguments share a binary."""
+    base = torch.empty(4096, device="cuda")
+    counter = torch.zeros(1, dtype=torch.int32, device="cuda")
+    views = [base, base[4:], base[8:], base[16:], base[32:], base[1:]]
+    ints = [1, 2, 16, 17, 32, 2**31 + 16]
+    compiled, keys = [], []
+    for v in views:
+        for n in ints:
+            args = (counter, v, n, 1.0)
+            compiled.append(_count_kernel.warmup(*args, BLOCK=256, grid=(1,)))
+            keys.append(tuple(map(_launch._arg_key, args)))
+    for i in range(len(keys)):
+        for j in range(len(keys)):
+            if keys[i] == keys[j]:
+                assert compiled[i] is compiled[j]
+
+
+@pytest.mark.gpu
+def test_pre_run_hook_sends_calls_back_through_the_jit():
+    n = 256
+    x = torch.ones(n, device="cuda")
+    counter = torch.zeros(1, dtype=torch.int32, device="cuda")
+    launched = _launch.launch(_count_kernel, (1,), counter, x, n, 1.0, BLOCK=256)
+    calls = []
+    hook = lambda *args, **kwargs: calls.append(1)
+    _count_kernel.pre_run_hooks.append(hook)
+    try:
+        assert launched(counter, x, n, 1.0) is False  # launched nothing
+        _launch.launch(_count_kernel, (1,), counter, x, n, 1.0, BLOCK=256)
+    finally:
+        _count_kernel.pre_run_hooks.remove(hook)
+    torch.cuda.synchronize()
+    assert calls == [1] and counter.item() == 2
+
+
+@pytest.mark.gpu
+def test_repeat_calls_remember_and_stay_right():
+    from tilebook.ops import rms_norm as rn
+    from tilebook.ops import softmax as sm
+
     for _ in range(4):  # fresh tensors each time: new pointers, same specialisation
         x = torch.randn(300, 1000, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         w = torch.randn(1000, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -52,19 +164,22 @@ def test_repeat_calls_take_the_direct_path_and_stay_right():
         rdx, rdw = torch.autograd.grad(ref, (xd, wd), dy.double())
         for out, r in ((y, ref), (dx, rdx), (dw, rdw)):
             assert ((out.double() - r).norm() / r.norm()).item() < 1.6e-2
-        s = tilebook.softmax(x.detach())
-        rs = torch.softmax(x.detach().double(), -1)
-        assert ((s.double() - rs).norm() / rs.norm()).item() < 1.6e-2
-    direct = [v for v in _launch._CACHE.values() if v]
-    assert len(direct) >= 3, "rms_norm fwd/bwd and softmax should launch directly"
+        for t in (x.detach(), y.detach()):
+            s, yn = tilebook.softmax(t), tilebook.rms_norm(t, w.detach())
+            rs = torch.softmax(t.double(), -1)
+            rn_ = torch.nn.functional.rms_norm(t.double(), (1000,), w.detach().double(), 1e-6)
+            assert ((s.double() - rs).norm() / rs.norm()).item() < 1.6e-2
+            assert ((yn.double() - rn_).norm() / rn_.norm()).item() < 1.6e-2
+    assert sm._fast_key(x.detach(), -1) in sm._FAST
+    assert rn._fast_key(x.detach(), w.detach()) in rn._FAST
+    relaunchable = {key[0].__name__ for key, v in _launch._CACHE.items() if v}
+    assert {"rms_norm_bwd_kernel", "rms_norm_fwd_kernel"} <= relaunchable, relaunchable
 
 
 @pytest.mark.gpu
 def test_matmul_in_a_fresh_thread():
     """A new thread has no current CUDA context; TMA descriptors need one (seen in the
     autograd engine's backward thread)."""
-    import threading
-
     a = torch.randn(384, 512, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(512, 256, device="cuda", dtype=torch.bfloat16)
     out: list = []

@@ -15,6 +15,7 @@ import importlib.util
 import inspect
 import json
 import math
+import re
 import sys
 import textwrap
 import types
@@ -239,8 +240,28 @@ def test_the_numbers_the_lesson_quotes(lesson):
     assert hbm[2] >= hbm[1]
     # The intensity table: 128 x 256 tiles do 85 FLOPs per loaded byte.
     assert lesson.flops_per_byte(128, 256) == pytest.approx(85.33, abs=0.01)
-    # Exercise 4: 2048 tiles over 132 persistent programs.
-    assert divmod(64 * 32, 132) == (15, 68)
+
+
+def test_exercise_4_tiles_per_persistent_program():
+    """Exercise 4's answer, from the package's first TMA config and its persistent
+    grid (one program per SM and CTAS_PER_SM, each striding over the tiles as the
+    kernel's ``tl.range(start, tiles, step)`` does), on 132 SMs at 8192 cubed."""
+    cfg = mm.GPU_TMA_CONFIGS[0].kwargs
+    tiles = mm._cdiv(8192, cfg["BLOCK_M"]) * mm._cdiv(8192, cfg["BLOCK_N"])
+    step = min(132 * cfg["CTAS_PER_SM"], tiles)
+    counts: dict[int, int] = {}
+    for start in range(step):
+        n = len(range(start, tiles, step))
+        counts[n] = counts.get(n, 0) + 1
+    quoted = re.search(
+        r"(\d+) x (\d+) = (\d+) tiles over (\d+) programs: (\d+) programs compute (\d+) tiles"
+        r" and\s*#?\s*(\d+) compute (\d+)",
+        SOURCE,
+    )
+    assert quoted, "exercise 4's answer is no longer in the lesson"
+    g = [int(v) for v in quoted.groups()]
+    assert (g[0] * g[1], g[2], g[3]) == (tiles, tiles, step)
+    assert counts == {g[5]: g[4], g[7]: g[6]}
 
 
 def test_smem_rule_is_the_packages(lesson):

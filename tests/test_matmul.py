@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import tilebook
+from tilebook._launch import Launched
 from tilebook.ops import matmul as mm
 
 DEV = tilebook.device()
@@ -166,36 +167,24 @@ def test_misaligned_view_takes_its_own_path():
         assert_matches(mm.matmul(shifted, b), shifted, b)
 
 
-def test_constexpr_tails_match_the_kernels():
-    # A direct launch passes every argument positionally, constexprs last.
-    for kernel, names in (
-        (mm.matmul_tma_kernel, mm._TMA_CONSTEXPRS),
-        (mm.matmul_kernel, mm._PTR_CONSTEXPRS),
-    ):
-        params = list(inspect.signature(kernel.fn).parameters)
-        assert tuple(params[-len(names) :]) == names
-        assert not set(names) & set(params[: -len(names)])
-    # ...and one argument per parameter, runtime ones first.
+def test_runtime_arguments_then_constexprs_fill_the_signature():
+    # A relaunch passes every parameter positionally: the runtime arguments that
+    # _tma_args / _ptr_args build, then the constexprs the launch took by name.
+    from tilebook._launch import _bound
+
     t = rand(16, 16, dtype=torch.float16)
-    tail = (None,) * len(mm._TMA_CONSTEXPRS)
     blocks = ([16, 16],) * 3
-    args = mm._tma_args(16, 16, 16, False, True, (16, 1), (1, 16), blocks, tail)(t, t, t, None)
-    assert len(args) == len(inspect.signature(mm.matmul_tma_kernel.fn).parameters)
-    tail = (None,) * len(mm._PTR_CONSTEXPRS)
-    args = mm._ptr_args(16, 16, 16, (16, 1), (16, 1), tail)(t, t, t, None)
-    assert len(args) == len(inspect.signature(mm.matmul_kernel.fn).parameters)
-
-
-@needs_tma
-def test_plain_descriptor_equals_checked_one():
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    t = rand(32, 16, dtype=torch.float16)
-    full = TensorDescriptor(t, [32, 16], [16, 1], [16, 16])
-    fast = mm._make_descriptor(t, [32, 16], [16, 1], [16, 16])
-    assert isinstance(fast, TensorDescriptor)
-    for name, value in vars(full).items():
-        assert getattr(fast, name) is value or getattr(fast, name) == value, name
+    cases = [
+        (mm.matmul_tma_kernel, mm._tma_args(16, 16, 16, False, True, (16, 1), (1, 16), blocks)),
+        (mm.matmul_kernel, mm._ptr_args(16, 16, 16, (16, 1), (16, 1))),
+    ]
+    for kernel, make in cases:
+        args = make(t, t, t, None)
+        params = inspect.signature(kernel.fn).parameters
+        constexprs = {n: 0 for n, p in params.items() if "constexpr" in str(p.annotation)}
+        tail = _bound(kernel, args, constexprs)
+        assert tail is not None and len(args) + len(tail) == len(params)
+        assert list(params)[len(args) :] == list(constexprs)
 
 
 def test_empty_and_k_zero():
@@ -279,7 +268,7 @@ def test_gpu_cached_runner_launches_directly():
         a.normal_(), b.normal_()
         assert_matches(mm.matmul(a, b), a, b)
     runner, _ = mm._RUNNERS[mm._call_key("matmul", a, b, None, "none", "auto")]
-    assert runner.launch.__qualname__.startswith("_direct_launcher"), runner.launch.__qualname__
+    assert isinstance(runner.launch, Launched), runner.launch
     with torch.cuda.stream(torch.cuda.Stream()):  # the current stream, read on every call
         out = mm.matmul(a, b)
     torch.cuda.synchronize()
@@ -304,3 +293,129 @@ def test_compiles_to_wgmma_for_sm90(kernel):
     assert not k.spill_stores_bytes, f"{k.spill_stores_bytes} bytes of register spills"
     if kernel == "tma":
         assert k.count("UTMALDG") > 0, "tiles are not loaded by the copy engine"
+
+
+# --------------------------------------------------------------------------- gradients
+
+GRAD_TOL = {torch.float32: 1e-5 if tilebook.is_interpreter() else 5e-3, torch.float16: 5e-3}
+GRAD_TOL[torch.bfloat16] = 2e-2
+
+
+def _leaf(t, requires_grad=True):
+    return None if t is None else t.detach().clone().requires_grad_(requires_grad)
+
+
+def check_matmul_grads(a, b, bias=None, activation="none", grads=(True, True, True), op=None):
+    """Gradients of tilebook's product against float64 autograd of the same expression.
+
+    ``a`` and ``b`` keep their layout (transposed or strided views stay views): the
+    leaves are made first, then viewed as the caller's tensors were.
+    """
+
+    def as_leaf(t, want):
+        base = t
+        while base._base is not None:
+            base = base._base
+        leaf = _leaf(base, want)
+        return leaf.as_strided(t.shape, t.stride(), t.storage_offset()), leaf
+
+    (a_in, a_leaf), (b_in, b_leaf) = as_leaf(a, grads[0]), as_leaf(b, grads[1])
+    bias_leaf = _leaf(bias, grads[2])
+    if op == "matmul":
+        out = tilebook.matmul(a_in, b_in)
+    else:
+        out = mm.fused_matmul(a_in, b_in, bias_leaf, activation)
+    assert out.requires_grad and out.grad_fn is not None, "the product dropped its graph"
+    dc = torch.randn_like(out)
+    out.backward(dc)
+
+    a64, b64 = _leaf(a_leaf.double(), grads[0]), _leaf(b_leaf.double(), grads[1])
+    bias64 = _leaf(None if bias is None else bias_leaf.double(), grads[2])
+    ref = a64.as_strided(a.shape, a.stride(), a.storage_offset()) @ b64.as_strided(
+        b.shape, b.stride(), b.storage_offset()
+    )
+    if bias64 is not None:
+        ref = ref + bias64
+    ref = {"none": lambda t: t, "relu": torch.relu, "silu": torch.nn.functional.silu}[activation](
+        ref
+    )
+    ref.backward(dc.double())
+    for name, got, want in (("a", a_leaf, a64), ("b", b_leaf, b64), ("bias", bias_leaf, bias64)):
+        if got is None or not got.requires_grad:
+            assert got is None or got.grad is None, f"{name} got a gradient it did not ask for"
+            continue
+        assert got.grad is not None, f"no gradient for {name}"
+        assert got.grad.dtype == got.dtype and got.grad.shape == got.shape
+        err = ((got.grad.double() - want.grad).norm() / want.grad.norm().clamp_min(1e-30)).item()
+        assert err < GRAD_TOL[got.dtype], f"d{name}: relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize(("m", "n", "k"), [(1, 1, 1), (5, 7, 3), (17, 33, 40), (48, 24, 72)])
+def test_matmul_grad_ragged(m, n, k, dtype):
+    check_matmul_grads(rand(m, k, dtype=dtype), rand(k, n, dtype=dtype), op="matmul")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_matmul_grad_layouts(dtype):
+    # Transposed and strided operands: dA and dB land in the layout of the leaves.
+    for name, a, b in _layouts(19, 24, 33, dtype):
+        try:
+            check_matmul_grads(a, b, op="matmul")
+        except AssertionError as exc:
+            raise AssertionError(f"{name}: {exc}") from exc
+
+
+@pytest.mark.parametrize(
+    "grads", [(True, False, False), (False, True, False), (False, False, True), (True, True, True)]
+)
+def test_fused_matmul_grad_bias_and_some_inputs(grads):
+    a, b, bias = rand(21, 30), rand(30, 17), rand(17)
+    check_matmul_grads(a, b, bias, grads=grads)
+
+
+@pytest.mark.parametrize("activation", ["relu", "silu"])
+def test_fused_matmul_grad_through_activation(activation):
+    check_matmul_grads(rand(13, 24, dtype=torch.float16), rand(24, 9, dtype=torch.float16),
+                       rand(9, dtype=torch.float16), activation)  # fmt: skip
+
+
+def test_matmul_grad_expanded_upstream_and_chain():
+    # .sum().backward() sends a stride-0 dC; and products chain.
+    a, b, c = (_leaf(rand(*s)) for s in ((6, 16), (16, 20), (20, 8)))
+    tilebook.matmul(tilebook.matmul(a, b), c).sum().backward()
+    a64, b64, c64 = (_leaf(t.double()) for t in (a, b, c))
+    (a64 @ b64 @ c64).sum().backward()
+    for got, want in ((a, a64), (b, b64), (c, c64)):
+        err = ((got.grad.double() - want.grad).norm() / want.grad.norm()).item()
+        assert err < GRAD_TOL[torch.float32], err
+
+
+def test_matmul_no_grad_keeps_fast_path():
+    a, b = _leaf(rand(8, 16)), rand(16, 4)
+    with torch.no_grad():
+        for _ in range(3):
+            out = tilebook.matmul(a, b)
+    assert out.grad_fn is None and not out.requires_grad
+    assert mm._call_key("matmul", a, b, None, "none", "auto") in mm._RUNNERS
+    # A remembered call must not hand back a graph-less result once grad is wanted.
+    assert tilebook.matmul(a, b).grad_fn is not None
+
+
+def test_matmul_grad_path_checks_inputs():
+    a = _leaf(rand(4, 16))
+    with pytest.raises(ValueError, match="matmul: inner dimensions differ"):
+        tilebook.matmul(a, rand(15, 3))
+    with pytest.raises(TypeError, match="matmul: a and b must have the same dtype"):
+        tilebook.matmul(a, rand(16, 3, dtype=torch.float16))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("m", "n", "k"), [(512, 384, 256), (300, 257, 130)])
+def test_matmul_grad_bf16_gpu(m, n, k):
+    for name, a, b in _layouts(m, n, k, torch.bfloat16):
+        try:
+            check_matmul_grads(a, b, op="matmul")
+            check_matmul_grads(a, b, rand(n, dtype=torch.bfloat16), "silu")
+        except AssertionError as exc:
+            raise AssertionError(f"{name}: {exc}") from exc

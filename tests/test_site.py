@@ -64,13 +64,34 @@ def test_downloads_py_and_ipynb(page):
         assert (html_dir / "lessons" / "03_real_kernels" / m.group(1)).resolve().exists()
 
 
-def test_running_time_is_reported_and_nonzero(page):
-    _, html = page
+# CONTRIBUTING.md, "Budgets": a lesson runs in at most 60 s in the CPU build on two cores.
+CPU_BUDGET_S = 60.0
+
+
+def _running_time(html: str) -> float | None:
+    """Seconds of sphinx-gallery's "Total running time of the script", or None."""
     m = re.search(
         r"Total running time of the script:.*?\((\d+) minutes ([\d.]+) seconds\)", html, re.S
     )
-    assert m, "no running time on the page"
-    assert int(m.group(1)) * 60 + float(m.group(2)) > 0
+    return None if m is None else int(m.group(1)) * 60 + float(m.group(2))
+
+
+def test_running_time_is_parsed_and_within_the_budget(page):
+    _, html = page
+    seconds = _running_time(html)
+    assert seconds is not None, "no running time on the page"
+    # Above zero: the lesson really ran in this build (a skipped one reports 0).
+    assert 0 < seconds <= CPU_BUDGET_S, f"lesson 07 ran {seconds:.1f} s"
+
+
+def test_every_lesson_within_the_cpu_budget(built_site):
+    html_dir, _ = built_site
+    pages = sorted((html_dir / "lessons").glob("*/[0-9][0-9]_*.html"))
+    assert len(pages) >= 5, [p.name for p in pages]
+    times = {p.stem: _running_time(p.read_text()) for p in pages}
+    assert all(t is not None for t in times.values()), times
+    over = {name: t for name, t in times.items() if not 0 < t <= CPU_BUDGET_S}
+    assert not over, f"outside (0, {CPU_BUDGET_S:.0f}] s: {over}"
 
 
 def test_lesson_links_to_the_api(page):

@@ -15,6 +15,10 @@ from .runtime import (
     is_interpreter,
     pick,
 )
+from . import _compat
+
+if is_interpreter():
+    _compat.apply()  # Triton 3.6's interpreter under NumPy >= 2.4
 from . import aot, bench, check, ops
 from .ops.dropout import dropout
 from .ops.flash_attention import flash_attention

@@ -1,19 +1,28 @@
-"""A cheaper way to launch a kernel that was launched before with the same specialisation.
+"""Launching kernels: on the right device, and again without Triton's per-call host work.
 
 ``kernel[grid](*args, **meta)`` spends tens of microseconds of host time on every
 call (binding the arguments, computing the specialisation key, looking up the
-cache) before it reaches the compiled kernel's C launcher.  For a memory-bound
-kernel that finishes in 20-100 us, that host time decides the speed.
+cache) before it reaches the compiled kernel.  For a memory-bound kernel that
+finishes in 20-100 us, that host time decides the speed.  Triton's own API has the
+cheaper route: the launch returns the :class:`~triton.compiler.CompiledKernel`, and
+``compiled[grid](*args)`` starts that binary again with new arguments, skipping the
+binding and the key (launch hooks, for profilers, still run).
 
-:func:`launch` keys each call on what Triton specialises on (dtypes, 16-byte
-alignment of pointers, integers equal to 1 or divisible by 16 and their width,
-the constexpr values and launch options); the first call of a key goes through
-the JIT as usual, and later calls hand the arguments straight to the compiled
-kernel's launcher, as the end of ``JITFunction.run`` does.
+The one entry is :func:`launch`: it launches once, under :func:`device_guard` of
+its tensors' GPU, and returns a :class:`Launched` that starts the same binary again
+for arguments *of the same specialisation* (same dtypes, same 16-byte alignment of
+pointers, same integer values, same constexprs).  :func:`launch` itself remembers
+what it compiled under a key of exactly those properties, so repeated calls with
+plain tensors and numbers take the short route with no help from the caller; an op
+that keys its own repeat calls (on shapes, strides, dtypes, device and alignment)
+keeps the :class:`Launched` in a :class:`Memo` and skips even :func:`launch`.
 
-The launcher's calling convention is Triton-internal, so the direct path is only
-taken on Triton versions it was verified on (:data:`DIRECT_VERSIONS`) and never
-under the interpreter; everywhere else :func:`launch` is ``kernel[grid](...)``.
+The key is deliberately finer than Triton's: integers by value (Triton only asks
+whether one is 1, divisible by 16 and fits 32 bits) and pointers by their address
+modulo 16 (Triton asks whether it is 0).  Whatever Triton would compile apart,
+the key keeps apart (``tests/test_launch.py`` asks Triton); the price is a slow
+first call per distinct value.  Under the interpreter, or where the compiled
+kernel has no ``[grid]`` launcher, every call is ``kernel[grid](...)``.
 """
 
 from __future__ import annotations
@@ -25,27 +34,42 @@ import warnings
 from typing import Any
 
 import torch
-import triton
 
 from . import runtime
 
-__all__ = [
-    "DIRECT_VERSIONS",
-    "device_guard",
-    "direct_launch_enabled",
-    "direct_launcher",
-    "ensure_cuda_context",
-    "launch",
-    "launcher_for",
-    "sm_count",
-]
+__all__ = ["Launched", "Memo", "device_guard", "ensure_cuda_context", "launch", "sm_count"]
 
-#: Triton releases whose compiled-kernel launcher this module was checked against
-#: on a GPU (H100, 2026-11-22).  Others take the ordinary JIT launch.
-DIRECT_VERSIONS = ("3.6.",)
+_GPU = runtime.is_gpu()
+_current_device = torch.cuda.current_device
+_Tensor = torch.Tensor
 
-_CACHE: dict[tuple, Any] = {}
-_CACHE_LIMIT = 4096
+
+# --------------------------------------------------------------------------- devices
+
+
+def device_guard(t: torch.Tensor | torch.device | int | None):
+    """Make ``t``'s GPU the current device (a no-op off the GPU).
+
+    Triton launches on the current device and its stream: a tensor on ``cuda:1``
+    launched while ``cuda:0`` is current fails with "Pointer argument cannot be
+    accessed from Triton (cpu tensor?)".
+    """
+    if isinstance(t, _Tensor):
+        t = t.device
+    if t is None or (isinstance(t, torch.device) and t.type != "cuda"):
+        return contextlib.nullcontext()
+    return torch.cuda.device(t)
+
+
+@functools.cache
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of a CUDA ``device`` (no index: the current one)."""
+    index = device.index if device.index is not None else _current_device()
+    return _sm_count(index)
 
 
 _THREAD = threading.local()
@@ -60,10 +84,7 @@ def ensure_cuda_context(device: torch.device) -> None:
     ("Failed to create tensor map descriptor: invalid device context").  Any CUDA
     runtime call binds the primary context; a stream query is the cheapest.
     """
-    _ensure_index(device.index if device.index is not None else torch.cuda.current_device())
-
-
-def _ensure_index(index: int) -> None:
+    index = device.index if device.index is not None else _current_device()
     done = getattr(_THREAD, "devices", None)
     if done is None:
         done = _THREAD.devices = set()
@@ -72,151 +93,171 @@ def _ensure_index(index: int) -> None:
         done.add(index)
 
 
-def device_guard(t: torch.Tensor):
-    """Make ``t``'s GPU the current device for a launch (a no-op off the GPU)."""
-    return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
+# --------------------------------------------------------------------------- launching
 
 
-def sm_count(device: torch.device) -> int:
-    """Streaming multiprocessors of a CUDA ``device`` (no index: the current one)."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return _sm_count(index)
+class Launched:
+    """A compiled kernel with its grid and constexprs, ready to start again.
 
-
-@functools.cache
-def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
-def direct_launch_enabled() -> bool:
-    return runtime.is_gpu() and triton.__version__.startswith(DIRECT_VERSIONS)
-
-
-def _spec(value: Any) -> tuple | None:
-    """What Triton specialises on for one runtime argument; None: not cacheable."""
-    if isinstance(value, torch.Tensor):
-        return ("t", value.dtype, value.data_ptr() % 16 == 0)
-    if isinstance(value, bool):
-        return ("b", value)
-    if isinstance(value, int):
-        return ("i", value == 1, value % 16 == 0, -(2**31) <= value < 2**31)
-    if isinstance(value, float):
-        return ("f",)
-    if value is None:
-        return ("n",)
-    return None
-
-
-def _hooks_idle(hook) -> bool:
-    # Triton >= 3.5 keeps launch hooks in a HookChain (empty: nothing to call).
-    return hook is None or not getattr(hook, "calls", True)
-
-
-def direct_launcher(jit_fn, compiled):
-    """``go(grid, args) -> bool`` calling ``compiled``'s launcher, or None if this
-    Triton's objects do not look as expected."""
-    try:
-        if hasattr(compiled, "result"):  # compilation may be asynchronous
-            compiled = compiled.result()
-        launcher = compiled.run
-        function, packed = compiled.function, compiled.packed_metadata
-        from triton import knobs as all_knobs
-        from triton.runtime import driver
-
-        active = driver.active
-        get_device, get_stream = active.get_current_device, active.get_current_stream
-        knobs = all_knobs.runtime
-        pre_run_hooks = jit_fn.pre_run_hooks
-        device = get_device()
-    except Exception:  # noqa: BLE001  (another Triton: keep to the JIT)
-        return None
-    if function is None or not callable(launcher) or not isinstance(pre_run_hooks, list):
-        return None
-
-    def go(grid, args) -> bool:
-        if pre_run_hooks or get_device() != device:
-            return False
-        g0, g1, g2 = (*grid, 1, 1)[:3]
-        _ensure_index(device)  # a new thread (autograd's backward) may have no context yet
-        stream = get_stream(device)
-        enter, leave = knobs.launch_enter_hook, knobs.launch_exit_hook
-        if _hooks_idle(enter) and _hooks_idle(leave):
-            launcher(g0, g1, g2, stream, function, packed, None, None, None, *args)
-        else:  # a profiler listens: give it what JITFunction.run gives it
-            meta = compiled.launch_metadata((g0, g1, g2), stream, *args)
-            launcher(g0, g1, g2, stream, function, packed, meta, enter, leave, *args)
-        return True
-
-    return go
-
-
-def _bound(jit_fn, args: tuple, meta: dict) -> tuple | None:
-    """Every kernel parameter in signature order (constexprs included, as the
-    compiled launcher expects), or None when one is missing."""
-    names = jit_fn.arg_names
-    if len(args) > len(names):
-        return None
-    out = list(args)
-    for name in names[len(args) :]:
-        if name not in meta:
-            return None
-        out.append(meta[name])
-    return tuple(out)
-
-
-def launch(jit_fn, grid: tuple[int, ...], *args: Any, **meta: Any) -> None:
-    """``jit_fn[grid](*args, **meta)``, with the host work skipped on repeat calls.
-
-    ``args`` are the runtime arguments in order; ``meta`` holds every constexpr
-    argument by name plus launch options (``num_warps``, ``num_stages``).
+    ``launched(*args)`` launches it with new runtime arguments (the same number and
+    kinds as the first launch, of the same specialisation: the caller's key must
+    guarantee that) on the GPU it was compiled for, and returns True; it returns
+    False, launching nothing, when a pre-run hook was added to the kernel since, or
+    when the launcher failed before (then the caller takes ``kernel[grid](...)``).
     """
-    if not direct_launch_enabled():
-        jit_fn[grid](*args, **meta)
-        return
-    specs = tuple(_spec(a) for a in args)
-    if None in specs:
-        jit_fn[grid](*args, **meta)
-        return
-    key = (id(jit_fn), specs, tuple(sorted(meta.items())))
-    go = _CACHE.get(key)
-    if go:
-        bound = _bound(jit_fn, args, meta)
+
+    __slots__ = ("_kernel", "_run", "index", "tail")
+
+    def __init__(self, kernel, run, index: int, tail: tuple):
+        self._kernel, self._run, self.index, self.tail = kernel, run, index, tail
+
+    def __call__(self, *args: Any) -> bool:
+        run = self._run
+        if run is None or self._kernel.pre_run_hooks:
+            return False
         try:
-            if bound is not None and go(grid, bound):
-                return
-        except Exception as exc:  # noqa: BLE001  (the launcher refused: back to the JIT)
-            _CACHE[key] = False
+            if _current_device() == self.index:
+                run(*args, *self.tail)
+            else:
+                with torch.cuda.device(self.index):
+                    run(*args, *self.tail)
+        except (TypeError, ValueError, AttributeError, OverflowError) as exc:
+            # Argument conversion in the launcher fails before anything starts.
+            self._run = None
             warnings.warn(
-                f"tilebook: direct launch of {jit_fn.__name__} failed ({exc!r}); "
-                "using Triton's JIT launch from now on",
+                f"tilebook: relaunching {getattr(self._kernel, '__name__', '?')} failed "
+                f"({exc!r}); using Triton's JIT launch from now on",
                 RuntimeWarning,
                 stacklevel=2,
             )
-    elif go is None:
-        compiled = jit_fn[grid](*args, **meta)
-        if len(_CACHE) < _CACHE_LIMIT:
-            direct = direct_launcher(jit_fn, compiled)
-            _CACHE[key] = direct if direct is not None and _bound(jit_fn, args, meta) else False
-        return
-    jit_fn[grid](*args, **meta)
+            return False
+        return True
 
 
-def launcher_for(jit_fn, args: tuple, meta: dict):
-    """For a call that :func:`launch` has already made with arguments like these:
-    ``(go, tail)``, where ``go(grid, (*args, *tail)) -> bool`` launches again with new
-    arguments of the same specialisation (``tail`` holds the constexprs); else None.
+def _bound(kernel, args: tuple, meta: dict) -> tuple | None:
+    """The constexprs that follow ``args`` in the kernel's signature, in order (the
+    compiled launcher takes every parameter positionally), or None if one is missing."""
+    names = kernel.arg_names
+    if len(args) > len(names):
+        return None
+    tail = []
+    for name in names[len(args) :]:
+        if name not in meta:
+            return None
+        tail.append(meta[name])
+    return tuple(tail)
 
-    It lets a caller that has checked its own inputs skip even :func:`launch`'s key
-    (``go`` returns False, launching nothing, when the current device changed or a
-    pre-run hook was added: then take the ordinary path).
+
+def _relauncher(kernel, compiled, grid: tuple, args: tuple, meta: dict, index: int):
+    """A :class:`Launched` for ``compiled`` (what ``kernel[grid](...)`` returned), or
+    None where this Triton's compiled kernel cannot be started through ``[grid]``."""
+    tail = _bound(kernel, args, meta)
+    if tail is None or not isinstance(getattr(kernel, "pre_run_hooks", None), list):
+        return None
+    try:
+        if hasattr(compiled, "result"):  # compilation may be asynchronous
+            compiled = compiled.result()
+        run = compiled[tuple(grid) + (1,) * (3 - len(grid))]
+    except Exception:  # noqa: BLE001  (another Triton: keep to the JIT)
+        return None
+    return Launched(kernel, run, index, tail) if callable(run) else None
+
+
+def _arg_key(value: Any):
+    """``value`` as part of a launch key: finer than Triton's specialisation (see the
+    module docstring); a sentinel for arguments that cannot be keyed."""
+    kind = type(value)
+    if kind is _Tensor:
+        return (value.dtype, value.get_device(), value.data_ptr() & 15)
+    if kind is int or kind is bool or kind is float or value is None:
+        return (kind, value) if kind is not float else kind
+    return _UNKEYED
+
+
+_UNKEYED = object()
+_CACHE: dict[tuple, Launched | bool] = {}
+_CACHE_LIMIT = 4096
+
+
+def _index_of(args: tuple) -> int | None:
+    for a in args:
+        if isinstance(a, _Tensor):
+            return a.get_device() if a.is_cuda else None
+    return None
+
+
+def launch(kernel, grid: tuple[int, ...], *args: Any, **meta: Any) -> Launched | None:
+    """``kernel[grid](*args, **meta)`` on the GPU of the first tensor in ``args``.
+
+    ``args`` are the runtime arguments in signature order; ``meta`` holds every
+    constexpr by name plus launch options (``num_warps``, ``num_stages``).  The kernel
+    runs once.  Returns a :class:`Launched` for repeating the launch with arguments of
+    the same specialisation, or None (the interpreter; a Triton without the route).
+    Repeat calls whose arguments are plain tensors and numbers take the short route
+    by themselves.
     """
-    if not direct_launch_enabled():
+    if not _GPU:
+        kernel[grid](*args, **meta)
         return None
-    specs = tuple(_spec(a) for a in args)
-    if None in specs:
+    key = (kernel, grid, *map(_arg_key, args), *sorted(meta.items()))
+    try:
+        hit = _CACHE.get(key) if _UNKEYED not in key else None
+    except TypeError:  # an unhashable constexpr value: no key
+        key, hit = None, None
+    if hit and hit(*args):
+        return hit
+    index = _index_of(args)
+    with device_guard(index):
+        compiled = kernel[grid](*args, **meta)
+        launched = _relauncher(kernel, compiled, grid, args, meta, _current_device())
+    if key is not None and _UNKEYED not in key and hit is None:
+        if len(_CACHE) >= _CACHE_LIMIT:
+            _CACHE.clear()
+        _CACHE[key] = launched or False
+    return launched
+
+
+class Memo(dict):
+    """An op's remembered repeat calls: call key -> whatever replays the call.
+
+    Bounded: past ``limit`` entries it starts over rather than grow without end (a
+    model with many shapes pays a slow call per shape again, nothing worse).
+    """
+
+    def __init__(self, limit: int = 1024):
+        super().__init__()
+        self.limit = limit
+
+    def remember(self, key, value) -> None:
+        if len(self) >= self.limit:
+            self.clear()
+        self[key] = value
+
+
+# --------------------------------------------------------------------------- older API
+# For ops written against the first version of this module (they remember launches
+# themselves); new code keeps the Launched that launch() returns instead.
+
+
+def direct_launch_enabled() -> bool:
+    """True where :func:`launch` can return a :class:`Launched` (a GPU)."""
+    return _GPU
+
+
+def launcher_for(kernel, args: tuple, meta: dict):
+    """For a call :func:`launch` made before with arguments keyed like ``args``:
+    ``(go, tail)``, where ``go(grid, (*args, *tail)) -> bool`` launches again (False:
+    launched nothing; take the ordinary path), else None."""
+    if not _GPU:
         return None
-    go = _CACHE.get((id(jit_fn), specs, tuple(sorted(meta.items()))))
-    bound = _bound(jit_fn, args, meta)
-    if not go or bound is None:
-        return None
-    return go, bound[len(args) :]
+    prefix = tuple(map(_arg_key, args))
+    items = tuple(sorted(meta.items()))
+    for key, launched in _CACHE.items():
+        if launched and key[0] is kernel and key[2:] == (*prefix, *items):
+            n, grid0 = len(args), key[1]
+
+            def go(grid, full, _l=launched, _g=grid0, _n=n) -> bool:
+                return tuple(grid) == _g and _l(*full[:_n])
+
+            return go, launched.tail
+    return None

@@ -13,7 +13,13 @@ import torch
 
 from . import runtime
 
-__all__ = ["FLOAT_DTYPES", "check_same_dtype_device", "check_same_shape", "check_tensor"]
+__all__ = [
+    "FLOAT_DTYPES",
+    "check_same_device",
+    "check_same_dtype_device",
+    "check_same_shape",
+    "check_tensor",
+]
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -83,5 +89,21 @@ def check_same_dtype_device(
             f"{op}: {na} and {nb} must have the same dtype, got "
             f"{str(a.dtype).removeprefix('torch.')} and {str(b.dtype).removeprefix('torch.')}"
         )
-    if a.device != b.device:
-        raise ValueError(f"{op}: {na} and {nb} are on different devices ({a.device}, {b.device})")
+    check_same_device(op, **{na: a, nb: b})
+
+
+def check_same_device(op: str, **tensors: torch.Tensor | None) -> torch.device:
+    """Check that the named tensors (None: absent) sit on one device, the GPU index
+    included; return it.  Raises :class:`ValueError` naming each tensor's device.
+
+    Kernels launch on one GPU (:func:`tilebook._launch.device_guard` makes it the
+    current one): a pointer into another GPU's memory is not one they can use.
+    """
+    present = {name: t for name, t in tensors.items() if t is not None}
+    devices = {t.device for t in present.values()}
+    if len(devices) > 1:
+        where = ", ".join(f"{name} on {t.device}" for name, t in present.items())
+        raise ValueError(
+            f"{op}: tensors must be on one device, got {where}; move them with .to(device)"
+        )
+    return devices.pop() if devices else runtime.device()

@@ -27,14 +27,13 @@ time a call, against 18 for ``torch.matmul``.
 from __future__ import annotations
 
 import functools
-import warnings
 
 import torch
 import triton
 import triton.language as tl
 
 from .. import runtime
-from .._launch import direct_launch_enabled, direct_launcher, ensure_cuda_context, sm_count
+from .._launch import Memo, device_guard, ensure_cuda_context, launch, sm_count
 from ..validation import check_same_dtype_device, check_tensor
 from .epilogue import ACTIVATIONS, epilogue
 
@@ -45,6 +44,7 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
 
 __all__ = [
     "ACTIVATIONS",
+    "MatmulFunction",
     "compile_ahead",
     "epilogue",
     "fused_matmul",
@@ -403,120 +403,23 @@ def picked_configs() -> list[dict]:
 
 _PLACEHOLDER = ([16, 16], [16, 16], [16, 16])  # the autotuner's pre-hook sets real blocks
 
-# The constexpr parameters that close each kernel's signature, in order: a direct
-# launch passes every argument positionally, as JITFunction.run does.
-_TMA_CONSTEXPRS = (
-    "BLOCK_M",
-    "BLOCK_N",
-    "BLOCK_K",
-    "GROUP_M",
-    "A_T",
-    "B_T",
-    "HAS_BIAS",
-    "ACTIVATION",
-    "CTAS_PER_SM",
-    "SPLIT_N",
-    "FLATTEN",
-)
-_PTR_CONSTEXPRS = (
-    "BLOCK_M",
-    "BLOCK_N",
-    "BLOCK_K",
-    "GROUP_M",
-    "HAS_BIAS",
-    "ACTIVATION",
-    "EVEN_K",
-    "INT64",
-)
 
+def _first_launch(jit_fn, grid0, args, kw):
+    """Launch once through :func:`tilebook._launch.launch` and return ``go(args) -> bool``
+    that launches again for arguments like these (the compiled kernel's own launcher
+    on a GPU; the JIT under the interpreter).  ``kw``: the constexprs and options."""
+    launched = launch(jit_fn, (grid0,), *args, **kw)
+    if launched is not None:
+        return launched
 
-def _split_kwargs(kw: dict, constexprs: tuple[str, ...]) -> tuple[tuple, dict]:
-    """A config's launch kwargs as (constexpr values in signature order, compile options)."""
-    return tuple(kw[n] for n in constexprs), {k: v for k, v in kw.items() if k not in constexprs}
-
-
-def _plain_descriptor(base, shape, strides, block_shape):
-    # TensorDescriptor's __post_init__ re-checks what _tma_layout checked when the runner
-    # was made (alignment, unit stride): skipping it saves microseconds a descriptor.
-    desc = _new_object(TensorDescriptor)
-    desc.base = base
-    desc.shape = shape
-    desc.strides = strides
-    desc.block_shape = block_shape
-    return desc
-
-
-def _descriptor_maker():
-    """_plain_descriptor if it builds what TensorDescriptor(...) builds, else the class."""
-    if TensorDescriptor is None:
-        return None
-    try:
-        probe = torch.empty(16, 16, dtype=torch.float16)
-        full = TensorDescriptor(probe, [16, 16], [16, 1], [16, 16])
-        fast = _plain_descriptor(probe, [16, 16], [16, 1], [16, 16])
-        same = all(
-            getattr(fast, k) is v or (k != "base" and getattr(fast, k, None) == v)
-            for k, v in vars(full).items()
-        )
-    except Exception:  # noqa: BLE001  (any surprise: build descriptors the checked way)
-        same = False
-    return _plain_descriptor if same else TensorDescriptor
-
-
-_new_object = object.__new__
-_make_descriptor = _descriptor_maker()
-
-
-def _direct_launcher(jit_fn, compiled):
-    """``launch(grid0, args) -> bool`` that starts ``compiled`` (what ``jit_fn[grid](...)``
-    returned) without re-binding and re-specialising the arguments (the shared
-    :mod:`tilebook._launch` mechanism); None where this Triton's objects look different.
-
-    Only valid for arguments that specialise as the first ones did: the caller keys
-    runners on everything Triton specialises on (values of the integers, alignment
-    of the pointers, descriptor blocks).  Returns False, launching nothing, when the
-    current device changed or a pre-run hook was added: the caller takes the JIT.
-    """
-    go = direct_launcher(jit_fn, compiled)
-    if go is None:
-        return None
-    return lambda grid0, args: go((grid0,), args)
-
-
-def _jit_launcher(jit_fn, options):
-    """``launch(grid0, args)`` through ``jit_fn[grid]``: the interpreter, or a Triton
-    whose compiled kernels _direct_launcher does not know."""
-
-    def launch(grid0, args) -> bool:
-        jit_fn[(grid0,)](*args, **options)
+    def jit_launch(*args) -> bool:
+        jit_fn[(grid0,)](*args, **kw)
         return True
 
-    return launch
+    return jit_launch
 
 
-def _first_launch(jit_fn, grid0, args, options):
-    """Launch through the JIT, and return a launcher for later calls of the same kind."""
-    compiled = jit_fn[(grid0,)](*args, **options)
-    jit_launch = _jit_launcher(jit_fn, options)
-    if not direct_launch_enabled():  # the interpreter, or a Triton not verified for it
-        return jit_launch
-    direct = _direct_launcher(jit_fn, compiled)
-    if direct is None:
-        return jit_launch
-    try:  # launch again (same inputs, same output) to learn whether this Triton takes it
-        direct(grid0, args)
-    except Exception as exc:  # noqa: BLE001  (an argument the launcher rejects: use the JIT)
-        warnings.warn(
-            f"tilebook: launching {jit_fn.__name__} directly failed ({exc!r}); "
-            "using Triton's JIT launch, which costs more host time",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-        return jit_launch
-    return direct
-
-
-def _tma_args(M, N, K, a_t, b_t, a_strides, b_strides, blocks, tail):
+def _tma_args(M, N, K, a_t, b_t, a_strides, b_strides, blocks):
     """``args(a, b, c, bias)``: the TMA kernel's arguments for operands laid out like
     these, ``a`` and ``b`` being the tensors that hold A and B (or A^T, B^T) in memory:
     views of them (the same data pointer) give the same arguments."""
@@ -525,7 +428,7 @@ def _tma_args(M, N, K, a_t, b_t, a_strides, b_strides, blocks, tail):
     a_shape, a_str = ([K, M], [sa1, sa0]) if a_t else ([M, K], [sa0, sa1])
     b_shape, b_str = ([N, K], [sb1, sb0]) if b_t else ([K, N], [sb0, sb1])
     c_shape, c_str = [M, N], [N, 1]
-    desc = _make_descriptor
+    desc = TensorDescriptor
 
     def args(a, b, c, bias):
         return (
@@ -536,15 +439,14 @@ def _tma_args(M, N, K, a_t, b_t, a_strides, b_strides, blocks, tail):
             M,
             N,
             K,
-            *tail,
         )
 
     return args
 
 
-def _ptr_args(M, N, K, a_strides, b_strides, tail):
-    """``args(a, b, c, bias)``: the pointer kernel's arguments (c row-major (M, N))."""
-    rest = (M, N, K, *a_strides, *b_strides, N, 1, *tail)
+def _ptr_args(M, N, K, a_strides, b_strides):
+    """``args(a, b, c, bias)``: the pointer kernel's runtime arguments (c row-major (M, N))."""
+    rest = (M, N, K, *a_strides, *b_strides, N, 1)
 
     def args(a, b, c, bias):
         return (a, b, c, c if bias is None else bias, *rest)
@@ -557,17 +459,17 @@ class _Runner:
     devices and alignments: ``run(a, b, c, bias)`` launches and returns True, or
     returns False (nothing launched) when the caller must take the full path."""
 
-    __slots__ = ("args", "grid0", "launch")
+    __slots__ = ("args", "launch")
 
-    def __init__(self, launch, grid0, args):
-        self.launch, self.grid0, self.args = launch, grid0, args
+    def __init__(self, launch, args):
+        self.launch, self.args = launch, args
 
     def __call__(self, a, b, c, bias) -> bool:
         if c.data_ptr() & 15:  # the output's alignment is part of the specialisation
             return False
         if c.is_cuda:
             ensure_cuda_context(c.device)
-        return self.launch(self.grid0, self.args(a, b, c, bias))
+        return self.launch(*self.args(a, b, c, bias))
 
 
 def _launch_tma(a, b, c, bias, activation):
@@ -585,10 +487,8 @@ def _launch_tma(a, b, c, bias, activation):
     picked = _PICKED.get(key)
     if picked is not None:
         kw, grid, blocks = picked
-        tail, options = _split_kwargs(kw, _TMA_CONSTEXPRS)
-        args = _tma_args(M, N, K, a_t, b_t, a.stride(), b.stride(), blocks, tail)
-        launch = _first_launch(matmul_tma_kernel, grid[0], args(a, b, c, bias), options)
-        return _Runner(launch, grid[0], args)
+        args = _tma_args(M, N, K, a_t, b_t, a.stride(), b.stride(), blocks)
+        return _Runner(_first_launch(matmul_tma_kernel, grid[0], args(a, b, c, bias), kw), args)
     a_src = a.t() if a_t else a
     b_src = b.t() if b_t else b
     blk = _PLACEHOLDER[0]
@@ -629,10 +529,8 @@ def _launch_ptr(a, b, c, bias, activation):
     picked = _PICKED.get(key)
     if picked is not None:
         kw, grid = picked
-        tail, options = _split_kwargs(kw, _PTR_CONSTEXPRS)
-        args = _ptr_args(M, N, K, a.stride(), b.stride(), tail)
-        launch = _first_launch(matmul_kernel, grid[0], args(a, b, c, bias), options)
-        return _Runner(launch, grid[0], args)
+        args = _ptr_args(M, N, K, a.stride(), b.stride())
+        return _Runner(_first_launch(matmul_kernel, grid[0], args(a, b, c, bias), kw), args)
     args = (a, b, c, c if bias is None else bias, M, N, K, *a.stride(), *b.stride(), *c.stride())
     grid = lambda meta: (_cdiv(M, meta["BLOCK_M"]) * _cdiv(N, meta["BLOCK_N"]),)
     _ptr_kernel[grid](*args, HAS_BIAS=has_bias, ACTIVATION=activation, INT64=int64)
@@ -745,8 +643,7 @@ _check_pair = check_same_dtype_device
 # dtypes, devices, the activation and impl) and everything Triton specialises on
 # (strides, data pointers' 16-byte alignment) maps to (_Runner, output shape).  A call
 # whose key is here passed every check before, with inputs indistinguishable to them.
-_RUNNERS: dict[tuple, tuple[_Runner, tuple]] = {}
-_MAX_RUNNERS = 4096  # many distinct shapes: start over rather than grow without bound
+_RUNNERS = Memo(4096)
 _KEY_ERRORS = (AttributeError, TypeError, RuntimeError)  # RuntimeError: storage-less tensors
 
 
@@ -796,9 +693,7 @@ def _run_cached(key: tuple | None, a, b, bias) -> torch.Tensor | None:
 
 def _remember(key: tuple | None, runner, out_shape: tuple) -> None:
     if key is not None and isinstance(runner, _Runner):
-        if len(_RUNNERS) >= _MAX_RUNNERS:
-            _RUNNERS.clear()
-        _RUNNERS[key] = (runner, out_shape)
+        _RUNNERS.remember(key, (runner, out_shape))
 
 
 def _run(a, b, bias, activation, impl, op) -> tuple[torch.Tensor, _Runner | bool | None]:
@@ -816,16 +711,53 @@ def _run(a, b, bias, activation, impl, op) -> tuple[torch.Tensor, _Runner | bool
         contiguous_bias = bias.contiguous()
     want_tma = impl == "tma" or (impl == "auto" and runtime.is_gpu())
     tma_ok = want_tma and K > 0 and a.dtype in _TMA_DTYPES and _tma_supported(a.device)
-    launched = _launch_tma(a, b, c, contiguous_bias, activation) if tma_ok else None
-    if launched is None:
-        if impl == "tma":
-            raise ValueError(
-                f"{op}: impl='tma' needs 16-bit operands with 16-byte aligned rows on a "
-                "Hopper GPU or the interpreter"
-            )
-        launched = _launch_ptr(a, b, c, contiguous_bias, activation)
+    with device_guard(a):  # the autotuner and the JIT launch on the current device
+        launched = _launch_tma(a, b, c, contiguous_bias, activation) if tma_ok else None
+        if launched is None:
+            if impl == "tma":
+                raise ValueError(
+                    f"{op}: impl='tma' needs 16-bit operands with 16-byte aligned rows on a "
+                    "Hopper GPU or the interpreter"
+                )
+            launched = _launch_ptr(a, b, c, contiguous_bias, activation)
     # A runner reads the bias it is given: one that needed a copy cannot be repeated.
     return c, (launched if contiguous_bias is bias else None)
+
+
+# --------------------------------------------------------------------------- autograd
+
+
+class MatmulFunction(torch.autograd.Function):
+    """Autograd for ``a @ b + bias``: ``dA = dC @ B^T``, ``dB = A^T @ dC`` (the same
+    kernels, reading the transposed views in place) and ``dbias = dC.sum(0)``
+    (accumulated in float32).  An activation other than "none" goes through
+    :class:`tilebook.ops.linear_act.LinearActFunction` instead."""
+
+    @staticmethod
+    def forward(ctx, a, b, bias, impl, op):
+        c, _ = _run(a, b, bias, "none", impl, op)
+        need_a, need_b = ctx.needs_input_grad[:2]
+        ctx.save_for_backward(a if need_b else None, b if need_a else None)
+        ctx.op = op
+        return c
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dc):
+        a, b = ctx.saved_tensors
+        need_a, need_b, need_bias = ctx.needs_input_grad[:3]
+        # "auto": dC's layout (an expanded ones tensor, say) is not the caller's choice.
+        da = fused_matmul(dc, b.t(), op=ctx.op) if need_a else None
+        db = fused_matmul(a.t(), dc, op=ctx.op) if need_b else None
+        dbias = dc.sum(0, dtype=torch.float32).to(dc.dtype) if need_bias else None
+        return da, db, dbias, None, None
+
+
+_grad_enabled = torch.is_grad_enabled
+
+
+def _wants_grad(*tensors) -> bool:
+    return _grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors)
 
 
 @torch.compiler.disable  # opaque to torch.compile: see tilebook.ops docstring
@@ -858,7 +790,17 @@ def fused_matmul(
         tests compare them; ``"tma"`` also runs under the interpreter).
     op
         The name that error messages start with.
+
+    Differentiable with respect to ``a``, ``b`` and ``bias`` (:class:`MatmulFunction`,
+    or for an activation :class:`tilebook.ops.linear_act.LinearActFunction`).
     """
+    if _wants_grad(a, b, bias):
+        _check_operands(a, b, bias, activation, impl, op)
+        if activation == "none":
+            return MatmulFunction.apply(a, b, bias, impl, op)
+        from .linear_act import LinearActFunction  # it imports this module
+
+        return LinearActFunction.apply(a, b.t(), bias, activation, impl)
     key = _call_key("matmul", a, b, bias, activation, impl)
     out = _run_cached(key, a, b, bias)
     if out is not None:
@@ -900,10 +842,15 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     (transposed views included).  On a Hopper GPU aligned 16-bit operands take the
     persistent TMA kernel, everything else the pointer kernel.
 
+    Differentiable: ``dA = dC @ B^T`` and ``dB = A^T @ dC`` come from the same kernels
+    (:class:`MatmulFunction`).
+
     Examples
     --------
     >>> c = tilebook.matmul(a, b)   # doctest: +SKIP
     """
+    if _wants_grad(a, b):
+        return fused_matmul(a, b, op="matmul")
     key = _call_key("matmul", a, b, None, "none", "auto")
     out = _run_cached(key, a, b, None)
     if out is not None:

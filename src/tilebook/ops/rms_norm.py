@@ -43,8 +43,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .._launch import direct_launch_enabled, launch, launcher_for, sm_count
-from ..validation import check_tensor
+from .._launch import Memo, launch, sm_count
+from ..validation import check_same_device, check_tensor
 
 __all__ = [
     "BWD_CHUNKED_THRESHOLD",
@@ -440,17 +440,24 @@ def launch_rms_norm_fwd(
     override the heuristic (the benchmark sweeps them): ``rows_per_program`` for
     the whole-row kernel, ``chunk`` and ``programs_per_sm`` for the chunked one.
     """
+    plan = (rows_per_program, num_warps, chunked, chunk, programs_per_sm)
+    y, rstd, _ = _forward(x, weight, eps, *plan)
+    return y, rstd
+
+
+def _forward(x, weight, eps, *plan):
+    """:func:`launch_rms_norm_fwd`'s work, plus what :func:`launch` returned (or None)."""
     n_rows, n_cols = x.shape
     y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
     rstd = torch.empty((n_rows,), dtype=torch.float32, device=x.device)
     if x.numel() == 0:
-        return y, rstd
-    kernel, grid, meta = _fwd_plan(x, rows_per_program, num_warps, chunked, chunk, programs_per_sm)
-    launch(
+        return y, rstd, None
+    kernel, grid, meta = _fwd_plan(x, *plan)
+    launched = launch(
         kernel, grid,
         x, weight, y, rstd, n_rows, n_cols, x.stride(0), y.stride(0), eps, **meta,
     )  # fmt: skip
-    return y, rstd
+    return y, rstd, launched
 
 
 def _fwd_plan(x, rows_per_program=None, num_warps=None, chunked=None, chunk=None, per_sm=None):
@@ -593,12 +600,11 @@ class RMSNormFunction(torch.autograd.Function):
 
 # Repeat calls.  A 16384 x 4096 bf16 forward takes about 90 us on an H100, not much
 # more than the Python of the checks, autograd.Function and launch key around it.
-# So a call that needs no autograd, on contiguous tensors, keeps what its launch
-# needs under the key of its shapes, strides, dtypes, device and alignment; the next
-# call with the same key only allocates the outputs and launches (eps is a runtime
-# argument of the kernels, so it may differ).
-_FAST: dict[tuple, object] = {}
-_FAST_LIMIT = 1024
+# So a call that needs no autograd, on contiguous tensors, keeps the Launched of its
+# kernel under the key of its shapes, strides, dtypes, device and alignment; the
+# next call with the same key only allocates the outputs and launches (eps is a
+# runtime argument of the kernels, so it may differ).
+_FAST = Memo()
 _grad_enabled = torch.is_grad_enabled
 
 
@@ -611,34 +617,32 @@ def _fast_key(x: torch.Tensor, weight: torch.Tensor) -> tuple:
     )  # fmt: skip
 
 
-def _remember_fast(x: torch.Tensor, weight: torch.Tensor) -> None:
-    if not direct_launch_enabled():  # nothing to remember: skip the work on every call
-        return
-    n_cols = x.shape[-1]
-    if len(_FAST) >= _FAST_LIMIT or x.numel() == 0 or not x.is_contiguous():
-        return
-    if not weight.is_contiguous() or x.data_ptr() % 16 or weight.data_ptr() % 16:
-        return
-    x2 = x.view(-1, n_cols)
-    n_rows = x2.shape[0]
-    kernel, grid, meta = _fwd_plan(x2)
-    rstd_like = torch.empty(1, dtype=torch.float32, device=x.device)  # for its dtype only
-    args = (x2, weight, x2, rstd_like, n_rows, n_cols, n_cols, n_cols, 1e-6)
-    found = launcher_for(kernel, args, meta)
-    if found is None:
-        return
-    go, tail = found
-    shape = x.shape
+def _no_grad_forward(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """The forward of a call with nothing for autograd to record (``weight`` is the
+    caller's); remembers the launch for the next call like this one."""
+    x2 = _as_rows(x, x.shape[-1])
+    y, _, launched = _forward(x2, weight.contiguous(), eps)
+    if (
+        launched is not None
+        and type(x) is torch.Tensor
+        and type(weight) is torch.Tensor
+        and x.is_contiguous()
+        and weight.is_contiguous()  # a strided weight was copied: never remembered
+    ):
+        n_rows, n_cols = x2.shape
+        ints = (n_rows, n_cols, x2.stride(0), y.stride(0))
+        shape = x.shape
+        aligned = y.data_ptr() % 16 == 0
 
-    def run(t: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor | None:
-        y = torch.empty(shape, dtype=t.dtype, device=t.device)
-        rstd = torch.empty((n_rows,), dtype=torch.float32, device=t.device)
-        if y.data_ptr() % 16 or rstd.data_ptr() % 16:
-            return None
-        ok = go(grid, (t, w, y, rstd, n_rows, n_cols, n_cols, n_cols, eps, *tail))
-        return y if ok else None
+        def run(t: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor | None:
+            out = torch.empty(shape, dtype=t.dtype, device=t.device)
+            rstd = torch.empty((n_rows,), dtype=torch.float32, device=t.device)
+            if (out.data_ptr() % 16 == 0) is not aligned or rstd.data_ptr() % 16:
+                return None  # not the specialisation compiled for: the slow path
+            return out if launched(t, w, out, rstd, *ints, eps) else None
 
-    _FAST[_fast_key(x, weight)] = run
+        _FAST.remember(_fast_key(x, weight), run)
+    return y.view(x.shape)
 
 
 def _check_eps(eps: object) -> float:
@@ -703,17 +707,13 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
             f"rms_norm: weight must have the dtype of x ({str(x.dtype).removeprefix('torch.')}), "
             f"got {str(weight.dtype).removeprefix('torch.')}"
         )
-    if weight.device != x.device:
-        raise ValueError(
-            f"rms_norm: x and weight are on different devices ({x.device}, {weight.device})"
-        )
+    check_same_device("rms_norm", x=x, weight=weight)
     if n_cols > MAX_HIDDEN:
         raise ValueError(
             f"rms_norm: the last dimension of x is {n_cols}, but rms_norm supports at most "
             f"{MAX_HIDDEN}"
         )
+    if not ((x.requires_grad or weight.requires_grad) and _grad_enabled()):
+        return _no_grad_forward(x, weight, eps)
     # The kernels read weight with unit stride.
-    y = RMSNormFunction.apply(x, weight.contiguous(), eps)
-    if x.is_cuda and not (x.requires_grad or weight.requires_grad):
-        _remember_fast(x, weight)  # the caller's tensors: a strided weight is never remembered
-    return y
+    return RMSNormFunction.apply(x, weight.contiguous(), eps)

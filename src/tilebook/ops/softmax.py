@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._launch import device_guard, direct_launch_enabled, launch, launcher_for, sm_count
+from .._launch import Memo, launch, sm_count
 from ..validation import check_tensor
 
 __all__ = [
@@ -369,14 +369,18 @@ def launch_softmax_forward(
         return y
     cfg = config or pick_config(n_cols)
     _check_config(cfg, n_cols)
-    kernel = softmax_fwd_online_kernel if cfg.online else softmax_fwd_kernel
-    meta = _meta(cfg, n_rows, n_cols, x, y)
-    with device_guard(x):
-        launch(
-            kernel, _grid(n_rows, cfg, x.device),
-            x, y, n_rows, n_cols, x.stride(0), y.stride(0), **meta,
-        )  # fmt: skip
+    _forward(x, y, cfg)
     return y
+
+
+def _forward(x: torch.Tensor, y: torch.Tensor, cfg: SoftmaxConfig):
+    """Launch the forward on non-empty 2-D tensors; what :func:`launch` returned."""
+    kernel = softmax_fwd_online_kernel if cfg.online else softmax_fwd_kernel
+    meta = _meta(cfg, x.shape[0], x.shape[1], x, y)
+    return launch(
+        kernel, _grid(x.shape[0], cfg, x.device),
+        x, y, x.shape[0], x.shape[1], x.stride(0), y.stride(0), **meta,
+    )  # fmt: skip
 
 
 def launch_softmax_backward(
@@ -390,11 +394,10 @@ def launch_softmax_backward(
     _check_config(cfg, n_cols)
     kernel = softmax_bwd_online_kernel if cfg.online else softmax_bwd_kernel
     meta = _meta(cfg, n_rows, n_cols, y, dy, dx)
-    with device_guard(y):
-        launch(
-            kernel, _grid(n_rows, cfg, y.device),
-            y, dy, dx, n_rows, n_cols, y.stride(0), dy.stride(0), dx.stride(0), **meta,
-        )  # fmt: skip
+    launch(
+        kernel, _grid(n_rows, cfg, y.device),
+        y, dy, dx, n_rows, n_cols, y.stride(0), dy.stride(0), dx.stride(0), **meta,
+    )  # fmt: skip
     return dx
 
 
@@ -437,49 +440,43 @@ def _normalize_dim(dim: object, ndim: int) -> int:
 
 
 # Repeat calls.  A 512-column softmax over 256 MB takes 180 us on an H100, and the
-# Python above (checks, autograd.Function, config, launch key) about as long: with
+# Python below (checks, autograd.Function, config, launch key) about as long: with
 # do_bench's L2 flush in between, that host time shows in the timing.  So a call
 # that needs no autograd, on a contiguous tensor along its last dimension, keeps
-# what its kernel launch needs under the key of its shape, strides, dtype, device,
-# dim and alignment; the next call with the same key only allocates the output and
-# launches.
-_FAST: dict[tuple, object] = {}
-_FAST_LIMIT = 1024
+# the Launched of its kernel under the key of its shape, strides, dtype, device,
+# dim and alignment: everything the checks read and the kernel was specialised on.
+# The next call with the same key only allocates the output and launches.
+_FAST = Memo()
 _grad_enabled = torch.is_grad_enabled
-
-
-def _remember_fast(x: torch.Tensor, key_dim: int, n_rows: int, n_cols: int) -> None:
-    if not direct_launch_enabled():  # nothing to remember: skip the work on every call
-        return
-    if len(_FAST) >= _FAST_LIMIT or n_rows == 0 or n_cols == 0:
-        return
-    cfg = pick_config(n_cols)
-    kernel = softmax_fwd_online_kernel if cfg.online else softmax_fwd_kernel
-    x2 = x.view(n_rows, n_cols)
-    if x2.data_ptr() % 16:
-        return
-    # x2 stands in for y too: the key needs only dtypes, alignment and sizes.
-    args = (x2, x2, n_rows, n_cols, n_cols, n_cols)
-    found = launcher_for(kernel, args, _meta(cfg, n_rows, n_cols, x2, x2))
-    if found is None:
-        return
-    go, tail = found
-    grid = _grid(n_rows, cfg, x.device)
-    shape = x.shape
-
-    def run(t: torch.Tensor) -> torch.Tensor | None:
-        y = torch.empty(shape, dtype=t.dtype, device=t.device)
-        if y.data_ptr() % 16:  # not the specialisation compiled for: slow path
-            return None
-        return y if go(grid, (t, y, n_rows, n_cols, n_cols, n_cols, *tail)) else None
-
-    _FAST[_fast_key(x, key_dim)] = run
 
 
 def _fast_key(x: torch.Tensor, dim: int) -> tuple:
     # The module-level knobs are in it: tests change them to reach the online kernels.
     aligned = x.data_ptr() % 16 == 0
     return (x.shape, x.stride(), x.dtype, x.device, dim, aligned, ONLINE_THRESHOLD, ONLINE_BLOCK)
+
+
+def _no_grad_forward(x: torch.Tensor, key_dim: int, n_rows: int, n_cols: int) -> torch.Tensor:
+    """Softmax of a contiguous ``x`` over its last dimension, with nothing for autograd
+    to record; remembers the launch for the next call like this one."""
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if n_rows == 0 or n_cols == 0:
+        return y
+    x2, y2 = x.view(n_rows, n_cols), y.view(n_rows, n_cols)
+    launched = _forward(x2, y2, pick_config(n_cols))
+    if launched is not None and type(x) is torch.Tensor and type(key_dim) is int:
+        ints = (n_rows, n_cols, x2.stride(0), y2.stride(0))
+        y_aligned = y.data_ptr() % 16 == 0
+        shape = x.shape
+
+        def run(t: torch.Tensor) -> torch.Tensor | None:
+            out = torch.empty(shape, dtype=t.dtype, device=t.device)
+            if (out.data_ptr() % 16 == 0) is not y_aligned:  # another specialisation
+                return None
+            return out if launched(t, out, *ints) else None
+
+        _FAST.remember(_fast_key(x, key_dim), run)
+    return y
 
 
 @torch.compiler.disable  # opaque to torch.compile: see tilebook.ops docstring
@@ -515,14 +512,7 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     moved = x.movedim(dim, -1)
     n_cols = moved.shape[-1]
     n_rows = math.prod(moved.shape[:-1])
+    if not (x.requires_grad and _grad_enabled()) and x.is_contiguous() and dim == x.dim() - 1:
+        return _no_grad_forward(x, key_dim, n_rows, n_cols)
     y = SoftmaxFunction.apply(moved.reshape(n_rows, n_cols))
-    if (
-        type(x) is torch.Tensor
-        and type(key_dim) is int
-        and not x.requires_grad
-        and x.is_cuda
-        and x.is_contiguous()
-        and dim == x.dim() - 1
-    ):
-        _remember_fast(x, key_dim, n_rows, n_cols)
     return y.reshape(moved.shape).movedim(-1, dim)

@@ -11,6 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._launch import device_guard
 from ..validation import check_same_shape, check_tensor
 
 __all__ = ["DEFAULT_CONFIG", "VectorAddFunction", "add_kernel", "vector_add"]
@@ -59,7 +60,8 @@ def launch_add(
     int64 = n + max(block_size or 0, DEFAULT_CONFIG.kwargs["BLOCK_SIZE"]) >= _INT32_LIMIT
     if block_size is None and num_warps is None:
         grid = lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)
-        _tuned_add_kernel[grid](x, y, out, n, INT64_OFFSETS=int64)
+        with device_guard(out):
+            _tuned_add_kernel[grid](x, y, out, n, INT64_OFFSETS=int64)
         return out
     block_size = block_size or DEFAULT_CONFIG.kwargs["BLOCK_SIZE"]
     num_warps = num_warps or DEFAULT_CONFIG.num_warps
@@ -68,7 +70,10 @@ def launch_add(
     if num_warps not in (1, 2, 4, 8, 16, 32):
         raise ValueError(f"vector_add: num_warps must be a power of two up to 32, got {num_warps}")
     grid = (triton.cdiv(n, block_size),)
-    add_kernel[grid](x, y, out, n, BLOCK_SIZE=block_size, INT64_OFFSETS=int64, num_warps=num_warps)
+    with device_guard(out):
+        add_kernel[grid](
+            x, y, out, n, BLOCK_SIZE=block_size, INT64_OFFSETS=int64, num_warps=num_warps
+        )
     return out
 
 

@@ -1,0 +1,116 @@
+"""Every op on any GPU index, whichever device is current; mixed devices are refused.
+
+The GPU tests need two devices and skip themselves on a machine with one.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tilebook
+from tilebook.validation import check_same_device
+
+
+def test_mixed_devices_are_named_in_the_error():
+    a, b = torch.empty(2), torch.empty(2, device="meta")
+    with pytest.raises(
+        ValueError, match=r"op: tensors must be on one device, got a on cpu, b on meta"
+    ):
+        check_same_device("op", a=a, b=b, c=None)
+    assert check_same_device("op", a=a, c=None) == a.device
+
+
+two_gpus = pytest.mark.skipif(
+    not (tilebook.is_gpu() and torch.cuda.device_count() >= 2), reason="needs two CUDA GPUs"
+)
+
+
+def _rel(out, ref) -> float:
+    return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
+
+
+def _leaf(t):
+    return t.detach().clone().requires_grad_()
+
+
+def _every_op(dev: str) -> None:
+    """Forward (three calls: the first, the remembered, the relaunched) and backward of
+    every op on ``dev``, against float64 PyTorch on the same device."""
+    bf = torch.bfloat16
+    x = torch.randn(96, 256, device=dev, dtype=bf)
+    w = torch.randn(256, device=dev, dtype=bf)
+    lin = torch.randn(192, 256, device=dev, dtype=bf) / 16
+    bias = torch.randn(192, device=dev, dtype=bf)
+    b = torch.randn(256, 160, device=dev, dtype=bf)
+    x64 = x.double()
+    cases = {
+        "vector_add": (lambda: tilebook.vector_add(x, x), lambda: 2 * x64),
+        "softmax": (lambda: tilebook.softmax(x, -1), lambda: torch.softmax(x64, -1)),
+        "rms_norm": (
+            lambda: tilebook.rms_norm(x, w),
+            lambda: F.rms_norm(x64, (256,), w.double(), 1e-6),
+        ),
+        "matmul": (lambda: tilebook.matmul(x, b), lambda: x64 @ b.double()),
+        "matmul (pointer kernel)": (
+            lambda: tilebook.matmul(x[:, 1:], b[1:]),
+            lambda: x64[:, 1:] @ b.double()[1:],
+        ),
+        "linear_act": (
+            lambda: tilebook.linear_act(x, lin, bias, "gelu"),
+            lambda: F.gelu(F.linear(x64, lin.double(), bias.double())),
+        ),
+    }
+    for name, (ours, ref) in cases.items():
+        want = ref()
+        for call in range(3):
+            out = ours()
+            assert out.device == x.device, name
+            assert _rel(out, want) < 2e-2, f"{name} on {dev}, call {call}"
+    # Backward, through every op at once.
+    xl, wl, linl, bl = _leaf(x), _leaf(w), _leaf(lin), _leaf(b)
+    h = tilebook.rms_norm(xl, wl)
+    h = tilebook.linear_act(h, linl, bias, "silu")
+    h = tilebook.vector_add(h, h)
+    h = tilebook.softmax(tilebook.matmul(h, bl[:192] / 8), -1)
+    h.float().pow(2).sum().backward()
+    x6, w6, lin6, b6 = (_leaf(t.double()) for t in (x, w, lin, b))
+    r = F.silu(F.linear(F.rms_norm(x6, (256,), w6, 1e-6), lin6, bias.double()))
+    torch.softmax((2 * r) @ (b6[:192] / 8), -1).pow(2).sum().backward()
+    for name, got, want in (("x", xl, x6), ("w", wl, w6), ("lin", linl, lin6), ("b", bl, b6)):
+        assert got.grad is not None and got.grad.device == x.device, name
+        assert _rel(got.grad, want.grad) < 5e-2, f"d{name} on {dev}"
+
+
+@pytest.mark.gpu
+@two_gpus
+@pytest.mark.parametrize(("current", "data"), [(0, 1), (1, 0), (1, 1)])
+def test_every_op_on_any_index_whichever_is_current(current, data):
+    with torch.cuda.device(current):
+        _every_op(f"cuda:{data}")
+        assert torch.cuda.current_device() == current, "an op left another device current"
+
+
+@pytest.mark.gpu
+@two_gpus
+def test_tensors_on_two_gpus_are_refused():
+    bf = torch.bfloat16
+    x0 = torch.randn(8, 64, device="cuda:0", dtype=bf)
+    x1 = x0.to("cuda:1")
+    w0, w1 = torch.randn(64, device="cuda:0", dtype=bf), torch.randn(64, device="cuda:1", dtype=bf)
+    lin0 = torch.randn(32, 64, device="cuda:0", dtype=bf)
+    b1 = torch.randn(32, device="cuda:1", dtype=bf)
+    calls = {
+        "vector_add": lambda: tilebook.vector_add(x0, x1),
+        "vector_add out": lambda: tilebook.vector_add(x0, x0, out=torch.empty_like(x1)),
+        "rms_norm": lambda: tilebook.rms_norm(x0, w1),
+        "matmul": lambda: tilebook.matmul(x0, x1.t()),
+        "linear_act weight": lambda: tilebook.linear_act(x1, lin0),
+        "linear_act bias": lambda: tilebook.linear_act(x0, lin0, b1),
+    }
+    for name, call in calls.items():
+        for _ in range(2):  # the second time after a successful call of the same shapes
+            with pytest.raises(ValueError, match=r"cuda:0.*cuda:1|cuda:1.*cuda:0"):
+                call()
+            _ = tilebook.rms_norm(x0, w0), tilebook.matmul(x0, x0.t()), name
