@@ -197,6 +197,8 @@ def test_line_numbers_are_the_files(compiled):
         assert linecache.getline(line.file, line.line).rstrip("\n") == line.text
     dot_line = next(line.line for line in lines if "tl.dot(" in line.text)
     assert k.lines_for(dot_line, "ptx") == k.lines_for("tl.dot(", "ptx")
+    index = k.line_index("sass")
+    assert index[(k.kernel_file, dot_line)] == [s.number for s in k.lines_for(dot_line, "sass")]
 
 
 def test_lines_for_says_what_is_wrong(compiled):

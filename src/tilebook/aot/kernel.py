@@ -232,6 +232,19 @@ class CompiledKernel:
             if want in locs and n <= len(text)
         ]
 
+    def line_index(self, stage: str) -> dict[tuple[str, int], list[int]]:
+        """For every Python line ``(file, line)``, the numbers of the stage lines from it.
+
+        The whole mapping at once, as a stage viewer needs it; :meth:`lines_for`
+        answers for one line.
+        """
+        self.stage(stage)
+        index: dict[tuple[str, int], list[int]] = {}
+        for number, locs in self.line_map.get(stage, []):
+            for loc in locs:
+                index.setdefault(loc, []).append(number)
+        return index
+
     def trace(
         self,
         source_line: int | str,
