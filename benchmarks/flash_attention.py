@@ -21,6 +21,7 @@ import json
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -92,6 +93,9 @@ def _flex_fn():
         for knob in ("cache_size_limit", "recompile_limit"):
             if hasattr(torch._dynamo.config, knob):
                 setattr(torch._dynamo.config, knob, 256)
+        # The backward is timed repeatedly on one graph (retain_graph=True), which a
+        # compiled backward that donates its buffers refuses.
+        torch._functorch.config.donated_buffer = False
         _FLEX["fn"] = torch.compile(flex_attention, dynamic=False)
     return _FLEX["fn"]
 
@@ -99,10 +103,14 @@ def _flex_fn():
 def _block_mask(mask_mod, b, n):
     from torch.nn.attention.flex_attention import create_block_mask
 
-    try:
-        return create_block_mask(mask_mod, b, None, n, n, device="cuda", _compile=True)
-    except TypeError:  # a torch without _compile
-        return create_block_mask(mask_mod, b, None, n, n, device="cuda")
+    # _compile builds the mask in compiled chunks: without it a B x N x N boolean
+    # tensor is materialised (1 GB for the document rows).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            return create_block_mask(mask_mod, b, None, n, n, device="cuda", _compile=True)
+        except TypeError:  # a torch without _compile
+            return create_block_mask(mask_mod, b, None, n, n, device="cuda")
 
 
 def _causal_mod(b, h, q_idx, kv_idx):
@@ -323,10 +331,13 @@ def table(rows: list[dict]) -> str:
 # ahead of time (fa.compile_ahead, sm_90): none of these spills in its inner loop.
 K = fa.KernelConfig
 CANDIDATES: dict[tuple[str, int], list[fa.KernelConfig]] = {
-    ("fwd", 128): [K(128, 128, 8, 2), K(128, 128, 8, 3), K(128, 64, 8, 3), K(128, 64, 4, 3),
-                   K(64, 128, 4, 2), K(128, 64, 8, 4)],
-    ("fwd", 64): [K(128, 128, 8, 3), K(128, 64, 4, 3), K(128, 64, 4, 4), K(128, 128, 4, 3),
-                  K(64, 64, 4, 4), K(128, 64, 8, 4)],
+    # 64 x 64 tiles in one warpgroup fit twice on an SM (registers and shared memory):
+    # two independent programs whose softmax and products can interleave.
+    ("fwd", 128): [K(128, 128, 8, 3), K(128, 64, 8, 3), K(128, 64, 8, 4), K(64, 64, 4, 2),
+                   K(64, 64, 4, 3), K(64, 64, 4, 4), K(128, 128, 8, 2), K(128, 64, 4, 3),
+                   K(64, 128, 4, 2)],
+    ("fwd", 64): [K(128, 128, 4, 3), K(64, 64, 4, 4), K(64, 64, 4, 3), K(64, 128, 4, 3),
+                  K(128, 64, 4, 3), K(128, 64, 4, 4), K(128, 128, 8, 3), K(128, 64, 8, 4)],
     ("dkdv", 128): [K(64, 128, 8, 2), K(32, 128, 8, 2), K(32, 128, 8, 3), K(64, 128, 8, 1),
                     K(32, 64, 4, 2), K(64, 64, 4, 2)],
     ("dkdv", 64): [K(64, 128, 8, 2), K(32, 128, 8, 3), K(64, 128, 8, 3), K(32, 128, 4, 3),
@@ -393,10 +404,17 @@ def _literal(c: fa.KernelConfig) -> str:
     return f"_kc({c.block_m}, {c.block_n}, {c.num_warps}, {c.num_stages})"
 
 
-def _warm_sweep(part: int, parts: int) -> None:
-    """Compile (by launching once) every ``parts``-th candidate, starting at ``part``."""
-    jobs = [(kernel, d, causal, cfg) for (kernel, d), cfgs in CANDIDATES.items()
-            for causal in (False, True) for cfg in cfgs]  # fmt: skip
+def _candidates(kernel: str, d: int, first: int | None) -> list[fa.KernelConfig]:
+    return CANDIDATES[(kernel, d)][:first]
+
+
+def _warm_sweep(part: int, parts: int, kernels=("fwd", "dkdv", "dq"), first=None) -> None:
+    """Compile (by launching once) every ``parts``-th candidate, starting at ``part``,
+    and the committed configurations that the table will run."""
+    jobs = [(kernel, d, causal, cfg) for (kernel, d) in CANDIDATES if kernel in kernels
+            for causal in (False, True) for cfg in _candidates(kernel, d, first)]  # fmt: skip
+    jobs += [(kernel, d, causal, fa.CONFIGS[(90, d, "bf16", causal)][kernel])
+             for kernel in ("fwd", "dkdv", "dq") for d in (128, 64) for causal in (False, True)]  # fmt: skip
     cases: dict[tuple, _Case] = {}
     for i, (kernel, d, causal, cfg) in enumerate(jobs):
         if i % parts != part:
@@ -419,17 +437,20 @@ def _warm_flex() -> None:
             _bench_masked(kind, rounds=1)
 
 
-def sweep(budget_s: float = 240.0) -> tuple[list[dict], dict]:
-    """Time every candidate per (kernel, D, causal); return rows and the winners."""
+def sweep(
+    budget_s: float = 240.0, kernels=("fwd", "dkdv", "dq"), first=None
+) -> tuple[list[dict], dict]:
+    """Time the candidates per (kernel, D, causal) (the ``first`` of each list, or all);
+    return rows and the winners."""
     deadline = time.time() + budget_s
     rows: list[dict] = []
     best: dict[tuple, fa.KernelConfig] = {}
     for d in (128, 64):
         for causal in (False, True):
             case = _Case(d, causal)
-            for kernel in ("fwd", "dkdv", "dq"):
+            for kernel in kernels:
                 timed = []
-                for cfg in CANDIDATES[(kernel, d)]:
+                for cfg in _candidates(kernel, d, first):
                     if time.time() > deadline:
                         break
                     fn = case.launcher(kernel, cfg)
@@ -491,6 +512,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lengths", action="store_true", help="the sequence-length sweep only")
     p.add_argument("--no-table", action="store_true", help="skip the target table")
     p.add_argument("--warm", help="compile only: 'flex' or 'sweep:PART:PARTS'")
+    p.add_argument("--kernels", default="fwd,dkdv,dq", help="kernels the sweep tunes")
+    p.add_argument("--first", type=int, help="only the first FIRST candidates of each list")
     p.add_argument("--json", help="write the rows to this file")
     args = p.parse_args(argv)
     print(tilebook.banner(), flush=True)
@@ -499,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
             _warm_flex()
         else:
             _, part, parts = args.warm.split(":")
-            _warm_sweep(int(part), int(parts))
+            _warm_sweep(int(part), int(parts), args.kernels.split(","), args.first)
         return 0
     out: dict[str, Any] = {}
 
@@ -509,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
                 json.dump(out, f, indent=1)
 
     if args.tune:
-        out["sweep"], best = sweep(args.budget)
+        out["sweep"], best = sweep(args.budget, args.kernels.split(","), args.first)
         out["winners"] = install(best)
         print(out["winners"], flush=True)
         save()
