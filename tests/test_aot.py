@@ -449,15 +449,22 @@ def test_bad_arguments_are_clear_errors():
         ({"warps": 4}, TypeError, "unknown compile option 'warps'"),
         ({"divisible_by_16": ["M"]}, ValueError, "not runtime arguments"),
     ]
+    if not tilebook.is_interpreter():  # checked where the compile runs: here on a GPU
+        cases.append(({"options": {"maxnregs": 128}}, ValueError, "no compile option 'maxnregs'"))
     for change, error, message in cases:
         with pytest.raises(error, match=message):
             compile_many([{**base, **change}])
 
 
-def test_bad_signature_of_an_imported_kernel():
-    # The kernel is only found in the compiling process; its error comes back whole.
-    with pytest.raises(ValueError, match=r"add_kernel.*'y_ptr'"):
-        compile_kernel(ADD, {"x_ptr": "*fp32"}, ADD_CONSTS, arch=80)
+def test_errors_of_the_compiling_process_come_back_whole():
+    # The kernel is only found in the compiling process: its argument names are
+    # checked there, and so are Triton's option names.
+    jobs = [
+        {"kernel": ADD, "signature": {"x_ptr": "*fp32"}, "constexprs": ADD_CONSTS},
+        {"kernel": ADD, "signature": ADD_SIG, "constexprs": ADD_CONSTS, "options": {"x": 1}},
+    ]
+    with pytest.raises(ValueError, match=r"(?s)2 of the compile jobs.*'y_ptr'.*option 'x'"):
+        compile_many(jobs, workers=1)
 
 
 # ----------------------------------------------------------------------- on a GPU

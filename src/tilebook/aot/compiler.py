@@ -110,6 +110,22 @@ def check_arguments(
         )
 
 
+def _check_options(options: dict[str, Any]) -> None:
+    """Triton drops option names it does not know; a misspelt one must not vanish."""
+    from triton.backends.nvidia.compiler import CUDAOptions
+
+    known = set(CUDAOptions.__dataclass_fields__) - {"arch"}
+    doubled = [o for o in options if o in ("num_warps", "num_stages")]
+    if doubled:
+        raise ValueError(f"give {', '.join(doubled)} as an argument of its own, not in options")
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ValueError(
+            f"Triton has no compile option {', '.join(map(repr, unknown))}; "
+            f"its options are {', '.join(sorted(known))}"
+        )
+
+
 # ------------------------------------------------------------------ the cubin
 
 _EIATTR_REGCOUNT = 0x2F
@@ -283,6 +299,7 @@ def compile_here(
     # Pointers and sizes that a launch would find divisible by 16 get the hint
     # the launch gives them; without it the loads are not vectorised.
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in divisible_by_16}
+    _check_options(options or {})
     src = _keyed_source()(fn=fn, signature=full_sig, constexprs=dict(constexprs), attrs=attrs)
     opts = {"num_warps": num_warps, "num_stages": num_stages, **(options or {})}
     printed = io.StringIO()  # on a ptxas failure Triton prints the whole PTX
