@@ -102,4 +102,4 @@ def test_lesson_links_to_the_api(page):
 def test_records_page_lists_provenance(built_site):
     html_dir, _ = built_site
     text = (html_dir / "measurements.html").read_text()
-    assert "vector_add_sweep" in text and "recorded on NVIDIA" in text
+    assert "lesson07_launch" in text and "recorded on NVIDIA" in text
