@@ -12,6 +12,11 @@ The full run ends with a short table by hidden size (2**26 elements per tensor,
 4096 to 65536 columns): rows longer than 16384 (forward: 32768) take the chunked
 kernels.
 
+The comparison with PyTorch is the measurement lesson 11 shows, defined once in
+:func:`tilebook.experiments.rms_norm.versus` (here with more rounds and the
+target shapes): every implementation's errors against float64 are in each row,
+and tilebook's must be within bf16 tolerance.
+
 Throughput is *effective* bandwidth: the bytes an ideal implementation must move,
 the same count for every implementation, divided by the time.  Forward: read x
 and w, write y.  Backward: read x, dy, w and rstd, write dx and dw.  At 16384x1024
@@ -24,19 +29,19 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 import tilebook
 import tilebook.ops.rms_norm as op
-from tilebook.bench import copy_bandwidth, measure, measure_interleaved, provenance
+from tilebook.bench import copy_bandwidth, measure, provenance
+from tilebook.check import default_tolerance
+from tilebook.experiments import rms_norm as exp
 
-EPS = 1e-6
-DTYPE = torch.bfloat16
+EPS = exp.EPS
+DTYPE = exp.DTYPE
 N_ROWS = 16384
 #: The shapes of the speed targets: every implementation, forward and backward.
 MAIN_HIDDEN = (4096, 8192)
@@ -45,24 +50,12 @@ SWEEP_HIDDEN = (1024, 2048, 16384)
 
 #: The table by hidden size: tensors of SIZES_ELEMENTS, cut into rows of each length.
 SIZES_HIDDEN = (4096, 8192, 16384, 32768, 65536)
-SIZES_ELEMENTS = 2**26
+SIZES_ELEMENTS = exp.ELEMENTS
 
 #: Which implementation each kernel's ratio is taken against.
 BASELINE = {"rms_norm_fwd": "torch.compile", "rms_norm_bwd": "torch"}
-
-
-def naive(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """The textbook formula in fp32, cast back once: what torch.compile gets to fuse."""
-    xf = x.float()
-    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS) * w.float()).to(x.dtype)
-
-
-def _torch_rms_norm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    return F.rms_norm(x, (x.shape[-1],), w, EPS)
-
-
-def _tilebook_rms_norm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    return op.rms_norm(x, w, EPS)
+#: Interleaved rounds and do_bench milliseconds: more than the lesson's defaults.
+TIMING = {"rounds": 5, "warmup": 25, "rep": 100}
 
 
 def _allow_recompiles() -> None:
@@ -74,71 +67,35 @@ def _allow_recompiles() -> None:
             setattr(cfg, name, max(getattr(cfg, name), 64))
 
 
-def _bytes(n_rows: int, n_cols: int, elem: int) -> tuple[int, int]:
-    fwd = 2 * n_rows * n_cols * elem + n_cols * elem
-    bwd = 3 * n_rows * n_cols * elem + n_rows * 4 + 2 * n_cols * elem
-    return fwd, bwd
-
-
-def _rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
-    return ((got.double() - want).abs().max() / want.abs().max()).item()
-
-
-def check_correctness(n_rows: int, n_cols: int, dtype: torch.dtype = DTYPE) -> dict[str, float]:
-    """Max error of y, dx and dw relative to the largest reference value (float64 reference)."""
-    x = torch.randn(n_rows, n_cols, device="cuda", dtype=dtype, requires_grad=True)
-    w = (1 + 0.1 * torch.randn(n_cols, device="cuda")).to(dtype).requires_grad_()
-    dy = torch.randn(n_rows, n_cols, device="cuda", dtype=dtype)
-    y = op.rms_norm(x, w, EPS)
-    dx, dw = torch.autograd.grad(y, (x, w), dy)
-
-    x64 = x.detach().double().requires_grad_()
-    w64 = w.detach().double().requires_grad_()
-    y64 = F.rms_norm(x64, (n_cols,), w64, EPS)
-    dx64, dw64 = torch.autograd.grad(y64, (x64, w64), dy.double())
-    errs = {"y": _rel_err(y, y64), "dx": _rel_err(dx, dx64), "dw": _rel_err(dw, dw64)}
-    # bf16 keeps 8 significant bits (relative step 2**-8 = 0.004).
-    bad = {k: v for k, v in errs.items() if v > 1e-2}
-    if bad:
-        raise AssertionError(f"rms_norm {n_rows}x{n_cols} {dtype}: errors too large: {bad}")
-    return errs
-
-
-def _row(kernel: str, n_rows: int, n_cols: int, impl: str, m) -> dict[str, Any]:
+def _ops() -> dict[str, Any]:
+    """The experiment's ops under this benchmark's record names (``torch`` is F.rms_norm)."""
+    ops = exp.ops()
     return {
-        "kernel": kernel,
-        "shape": f"{n_rows}x{n_cols}",
-        "dtype": str(DTYPE).removeprefix("torch."),
-        "impl": impl,
-        **m.as_row(),
+        "tilebook": ops["tilebook"],
+        "torch": ops["F.rms_norm"],
+        "torch.compile": ops["torch.compile"],
     }
 
 
-def bench_shape(n_rows: int, n_cols: int, impls: dict[str, Callable]) -> list[dict[str, Any]]:
-    """Forward and backward of every implementation at one shape."""
-    fwd_bytes, bwd_bytes = _bytes(n_rows, n_cols, torch.finfo(DTYPE).bits // 8)
-    x = torch.randn(n_rows, n_cols, device="cuda", dtype=DTYPE)
-    w = (1 + 0.1 * torch.randn(n_cols, device="cuda")).to(DTYPE)
-    dy = torch.randn_like(x)
-    rows = []
-    # Interleaved rounds: tilebook and torch.compile run within a percent or two of
-    # each other, about as much as the GPU's clocks drift over a run.
-    fwd = {impl: (lambda fn=fn: fn(x, w)) for impl, fn in impls.items()}
-    for impl, m in measure_interleaved(fwd, bytes_moved=fwd_bytes).items():
-        rows.append(_row("rms_norm_fwd", n_rows, n_cols, impl, m))
-    bwd = {}
-    for impl, fn in impls.items():
-        if impl == "eager":  # the naive formula's autograd is not a baseline anyone uses
-            continue
-        xg = x.detach().requires_grad_()
-        wg = w.detach().requires_grad_()
-        y = fn(xg, wg)
-        bwd[impl] = lambda y=y, xg=xg, wg=wg: torch.autograd.grad(
-            y, (xg, wg), dy, retain_graph=True
-        )
-    for impl, m in measure_interleaved(bwd, bytes_moved=bwd_bytes).items():
-        rows.append(_row("rms_norm_bwd", n_rows, n_cols, impl, m))
+def _checked(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Raise unless tilebook's y, dx and dw are within bf16 tolerance of float64."""
+    tol = default_tolerance(DTYPE)
+    for r in rows:
+        errs = {k: r[k] for k in ("err_y", "err_dx", "err_dw")}
+        if r["impl"] == "tilebook" and max(errs.values()) > tol:
+            raise AssertionError(f"rms_norm {r['rows']}x{r['hidden']}: errors too large: {errs}")
     return rows
+
+
+def _row(r: dict[str, Any]) -> dict[str, Any]:
+    """An experiment row in this benchmark's record format."""
+    return {
+        "kernel": "rms_norm_fwd" if r["pass"] == "forward" else "rms_norm_bwd",
+        "shape": f"{r['rows']}x{r['hidden']}",
+        "dtype": str(DTYPE).removeprefix("torch."),
+        "impl": r["impl"],
+        **{k: r[k] for k in ("median_ms", "p20_ms", "p80_ms", "bytes", "gbps")},
+    }
 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
@@ -146,55 +103,35 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     if not tilebook.is_gpu():
         raise RuntimeError("benchmarks/rms_norm.py needs a CUDA GPU")
     _allow_recompiles()
-    compiled = torch.compile(naive, dynamic=False)
-    impls = {
-        "tilebook": _tilebook_rms_norm,
-        "torch": _torch_rms_norm,
-        "torch.compile": compiled,
-        "eager": naive,
-    }
+    ops = _ops()
     hidden = MAIN_HIDDEN[:1] if quick else MAIN_HIDDEN + SWEEP_HIDDEN
     rows: list[dict[str, Any]] = []
     for n_cols in hidden:
-        errs = check_correctness(N_ROWS, n_cols)
-        print(f"# {N_ROWS}x{n_cols} correct vs float64: " + ", ".join(
-            f"{k} {v:.1e}" for k, v in errs.items()), flush=True)  # fmt: skip
-        # The extra sizes only feed a plot: tilebook against the two baselines.
-        use = impls if n_cols in MAIN_HIDDEN else {
-            k: impls[k] for k in ("tilebook", "torch", "torch.compile")}  # fmt: skip
-        rows += bench_shape(N_ROWS, n_cols, use)
+        # The extra sizes only feed a plot: tilebook against the two baselines.  The
+        # naive formula's autograd is not a baseline anyone uses: forward only.
+        fwd_ops = {**ops, "eager": exp.naive} if n_cols in MAIN_HIDDEN else ops
+        got = exp.versus(fwd_ops, [n_cols], passes=["forward"], n_rows=N_ROWS, **TIMING)
+        got += exp.versus(ops, [n_cols], passes=["backward"], n_rows=N_ROWS, **TIMING)
+        print(f"# {N_ROWS}x{n_cols} correct vs float64", flush=True)
+        rows += [_row(r) for r in _checked(got)]
     return rows
 
 
 def sizes_table() -> None:
     """tilebook, torch.compile and F.rms_norm by hidden size, 2**26 bf16 elements each."""
-    compiled = torch.compile(naive, dynamic=False)
-    impls = {
-        "tilebook": _tilebook_rms_norm,
-        "torch.compile": compiled,
-        "F.rms_norm": _torch_rms_norm,
-    }
-    rows = []
-    for n_cols in SIZES_HIDDEN:
-        n_rows = SIZES_ELEMENTS // n_cols
-        if n_cols > op.BWD_CHUNKED_THRESHOLD:
-            errs = check_correctness(n_rows, n_cols)
-            print(f"# {n_rows}x{n_cols} correct vs float64: " + ", ".join(
-                f"{k} {v:.1e}" for k, v in errs.items()), flush=True)  # fmt: skip
-        torch._dynamo.reset()  # a new shape: let torch.compile start afresh
-        rows += bench_shape(n_rows, n_cols, impls)
-    gbps = {(r["kernel"], r["shape"], r["impl"]): r["gbps"] for r in rows}
+    ops = exp.ops()
+    rows = _checked(exp.versus(ops, SIZES_HIDDEN, elements=SIZES_ELEMENTS, **TIMING))
+    gbps = {(r["pass"], r["hidden"], r["impl"]): r["gbps"] for r in rows}
     dtype = str(DTYPE).removeprefix("torch.")
     print(f"\nrms_norm, {dtype}, {SIZES_ELEMENTS} elements per tensor: GB/s (bytes that must move)")
-    print(f"{'pass':<5}{'H':>7}{'rows':>7}{'path':>9}" + "".join(f"{i:>15}" for i in impls)
+    print(f"{'pass':<5}{'H':>7}{'rows':>7}{'path':>9}" + "".join(f"{i:>15}" for i in ops)
           + "  tilebook/compile")  # fmt: skip
-    for kernel, name, threshold in (
-        ("rms_norm_fwd", "fwd", op.FWD_CHUNKED_THRESHOLD),
-        ("rms_norm_bwd", "bwd", op.BWD_CHUNKED_THRESHOLD),
+    for pass_, name, threshold in (
+        ("forward", "fwd", op.FWD_CHUNKED_THRESHOLD),
+        ("backward", "bwd", op.BWD_CHUNKED_THRESHOLD),
     ):
         for n_cols in SIZES_HIDDEN:
-            shape = f"{SIZES_ELEMENTS // n_cols}x{n_cols}"
-            got = [gbps[(kernel, shape, i)] for i in impls]
+            got = [gbps[(pass_, n_cols, i)] for i in ops]
             path = "chunked" if n_cols > threshold else "rows"
             print(f"{name:<5}{n_cols:>7}{SIZES_ELEMENTS // n_cols:>7}{path:>9}"
                   + "".join(f"{g:>15.0f}" for g in got) + f"{got[0] / got[1]:>18.2f}")  # fmt: skip
@@ -218,7 +155,7 @@ def _long_kwargs(direction: str, cfg: tuple | None) -> dict[str, Any]:
 
 def _tune_long_shape(direction: str, n_cols: int, configs: list, deadline: float) -> None:
     n_rows = SIZES_ELEMENTS // n_cols
-    fwd_bytes, bwd_bytes = _bytes(n_rows, n_cols, torch.finfo(DTYPE).bits // 8)
+    fwd_bytes, bwd_bytes = exp.traffic(n_rows, n_cols, torch.finfo(DTYPE).bits // 8)
     x = torch.randn(n_rows, n_cols, device="cuda", dtype=DTYPE)
     w = torch.randn(n_cols, device="cuda", dtype=DTYPE)
     dy = torch.randn_like(x)
@@ -265,7 +202,7 @@ def tune(hidden=MAIN_HIDDEN + SWEEP_HIDDEN) -> None:
     elem = torch.finfo(DTYPE).bits // 8
     for n_cols in sorted(hidden):
         block_n = 1 << (n_cols - 1).bit_length()
-        fwd_bytes, bwd_bytes = _bytes(N_ROWS, n_cols, elem)
+        fwd_bytes, bwd_bytes = exp.traffic(N_ROWS, n_cols, elem)
         x = torch.randn(N_ROWS, n_cols, device="cuda", dtype=DTYPE)
         w = torch.randn(n_cols, device="cuda", dtype=DTYPE)
         dy = torch.randn_like(x)

@@ -1,186 +1,303 @@
-"""Lesson 11 (rms_norm): its kernels, launch rules and records stay the package's.
+"""Lesson 11 (rms_norm): its kernels, what it says about the package, and its records.
 
-The lesson writes both kernels out in full, re-derives the launch heuristics in a
-few lines of its own and adds a variant of each kernel whose accumulators take a
-``tl.constexpr`` type.  Running the whole lesson takes a while, so these tests lift
-those definitions out of the script (by their source) into a small module and
-check them against :mod:`tilebook.ops.rms_norm`.
+Running the whole lesson takes a while, so these tests lift its kernels and
+launchers out of the script (by their source) into a small module and check
+them against float64.  What the lesson says about the package (which launch
+rules apply at its widths, which kernels the package's launchers run) is
+checked against :mod:`tilebook.ops.rms_norm`, and the lesson and
+``benchmarks/rms_norm.py`` must measure through the one definition in
+:mod:`tilebook.experiments.rms_norm`.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib.util
-import inspect
-import json
-import textwrap
+import re
 from pathlib import Path
 
 import pytest
 import torch
-import triton.language as tl
+import triton
 
 import tilebook
-from tilebook.bench import RECORDS_DIR
+from tilebook import bench
+from tilebook.bench import RECORDS_DIR, load_record
+from tilebook.check import default_tolerance
+from tilebook.experiments import rms_norm as exp
 from tilebook.ops import rms_norm as op
 
-LESSON = Path(__file__).parents[1] / "gallery" / "03_real_kernels" / "11_rms_norm.py"
+ROOT = Path(__file__).parents[1]
+LESSON = ROOT / "gallery" / "03_real_kernels" / "11_rms_norm.py"
 SOURCE = LESSON.read_text()
 TREE = ast.parse(SOURCE)
-EPS = 1e-6
-
-#: The lesson's definitions that the tests lift out, in the order they appear.
-LIFTED = [
-    "warps_for",
-    "fwd_config",
-    "rms_norm_fwd_kernel",
-    "rms_norm_forward",
-    "bwd_config",
-    "rms_norm_bwd_kernel",
-    "rms_norm_backward",
-    "rms_norm_fwd_acc_kernel",
-    "rms_norm_bwd_acc_kernel",
-]
+LIFTED = ["fwd_kernel", "warps_for", "forward", "bwd_kernel", "backward", "grid_for"]
+LIFTED += ["lesson_bwd", "bwd_kernel_bf16"]
 
 
-def _node(name: str) -> ast.FunctionDef:
-    (node,) = [n for n in TREE.body if isinstance(n, ast.FunctionDef) and n.name == name]
-    return node
+def _top_level(name: str) -> ast.stmt:
+    found = [n for n in TREE.body if isinstance(n, ast.FunctionDef) and n.name == name]
+    assert len(found) == 1, f"lesson 11 defines {name!r} {len(found)} times at top level"
+    return found[0]
 
 
-def _with_decorators(node: ast.FunctionDef) -> str:
-    lines = SOURCE.splitlines()
-    first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-    return "\n".join(lines[first - 1 : node.end_lineno])
+def _source(name: str) -> str:
+    node = _top_level(name)
+    start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+    return "\n".join(SOURCE.splitlines()[start - 1 : node.end_lineno])
+
+
+def _constant(name: str):
+    (node,) = [
+        n
+        for n in TREE.body
+        if isinstance(n, ast.Assign) and [ast.unparse(t) for t in n.targets] == [name]
+    ]
+    return ast.literal_eval(node.value)
+
+
+HIDDEN = _constant("HIDDEN")
+WRONG = _constant("WRONG")
 
 
 @pytest.fixture(scope="module")
 def lesson(tmp_path_factory):
-    """The lifted definitions as an importable module (Triton needs their source)."""
-    header = (
-        "import torch\nimport triton\nimport triton.language as tl\n\n"
-        f"EPS = {EPS!r}\nSM_COUNT = 4\n"
+    """The lifted definitions as a module (an importable file, as Triton needs source)."""
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count if tilebook.is_gpu() else 4
+    head = (
+        "import torch\nimport triton\nimport triton.language as tl\n"
+        "from tilebook.ops import rms_norm as package\n\n"
+        f"EPS = {exp.EPS!r}\nSM_COUNT = {sm_count}\n\n"
     )
-    body = "\n\n\n".join(_with_decorators(_node(name)) for name in LIFTED)
+    body = "\n\n\n".join(_source(name) for name in LIFTED)
     path = tmp_path_factory.mktemp("lesson11") / "lesson11_lifted.py"
-    path.write_text(header + "\n\n" + body + "\n")
+    path.write_text(head + body + "\n")
     spec = importlib.util.spec_from_file_location("lesson11_lifted", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-@pytest.mark.parametrize("name", ["rms_norm_fwd_kernel", "rms_norm_bwd_kernel"])
-def test_lesson_shows_the_package_kernel(name):
-    """Both kernels appear in full in the lesson; they must stay the package's."""
-    lesson_src = ast.get_source_segment(SOURCE, _node(name))
-    package_src = textwrap.dedent(inspect.getsource(getattr(op, name).fn))
-    package_src = package_src[package_src.index(f"def {name}") :]
-    assert lesson_src.strip() == package_src.strip()
+def _close(got, want, dtype):
+    rel = exp.rel_err(got, want)
+    assert rel <= default_tolerance(dtype), rel
 
 
-HIDDEN = sorted({1, 2, 7, 100, 1000, 4095, 8193} | {2**k for k in range(17)})
+@pytest.mark.parametrize(
+    ("n_rows", "n_cols", "dtype"),
+    [
+        (37, 7, torch.float32),
+        (9, 1000, torch.float16),
+        (16, 300, torch.float32),
+        (1, 64, torch.float32),
+    ],
+)
+def test_lesson_kernels_match_float64(lesson, device, n_rows, n_cols, dtype):
+    x, w, dy = exp.inputs(n_rows, n_cols, dtype, device=device, seed=n_cols)
+    y64, dx64, dw64 = exp.reference(x, w, dy)
+    y, rstd = lesson.forward(x, w)
+    _close(y, y64, dtype)
+    torch.testing.assert_close(rstd.double(), torch.rsqrt(x.double().pow(2).mean(-1) + exp.EPS))
+    for programs in (1, 5, n_rows, lesson.grid_for(n_cols)):
+        dx, dw = lesson.backward(dy, x, w, rstd, programs)
+        _close(dx, dx64, dtype)
+        _close(dw, dw64, dtype)
 
 
-@pytest.mark.parametrize("n_cols", HIDDEN)
-def test_lesson_launch_rules_are_the_package_rules(lesson, n_cols):
-    assert lesson.fwd_config(n_cols) == op._fwd_config(n_cols)
-    assert lesson.bwd_config(n_cols) == op._bwd_config(n_cols)
+def test_the_lesson_matches_the_package(lesson, device):
+    x, w, dy = exp.inputs(21, 200, torch.float32, device=device)
+    y, rstd = lesson.forward(x, w)
+    dx, dw = lesson.lesson_bwd(dy, x, w, rstd)
+    y_p, rstd_p = op.launch_rms_norm_fwd(x, w, exp.EPS)
+    dx_p, dw_p = op.launch_rms_norm_bwd(dy, x, w, rstd_p)
+    torch.testing.assert_close(y, y_p, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(rstd, rstd_p)
+    torch.testing.assert_close(dx, dx_p, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(dw, dw_p, rtol=1e-5, atol=1e-5)  # sums grouped differently
 
 
-def _inputs(n_rows, n_cols, dtype, device):
-    x = torch.randn(n_rows, n_cols, device=device).to(dtype)
-    w = (1 + 0.1 * torch.randn(n_cols, device=device)).to(dtype)
-    dy = torch.randn(n_rows, n_cols, device=device).to(dtype)
-    return x, w, dy
+def test_the_backward_rejects_what_it_cannot_read(lesson, device):
+    x, w, dy = exp.inputs(8, 64, torch.float32, device=device)
+    _, rstd = lesson.forward(x, w)
+    with pytest.raises(AssertionError):
+        lesson.backward(dy.t().contiguous().t(), x, w, rstd, 4)
 
 
-@pytest.mark.parametrize("shape", [(37, 7), (21, 1000)])
-def test_lesson_launchers_match_the_package_op(lesson, device, shape):
-    x, w, dy = _inputs(*shape, torch.float32, device)
-    y, rstd = lesson.rms_norm_forward(x, w)
-    dx, dw = lesson.rms_norm_backward(dy, x, w, rstd)
-    xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
-    y_ref = tilebook.rms_norm(xg, wg, eps=EPS)
-    dx_ref, dw_ref = torch.autograd.grad(y_ref, (xg, wg), dy)
-    torch.testing.assert_close(y, y_ref, atol=0, rtol=0)
-    torch.testing.assert_close(dx, dx_ref, atol=0, rtol=0)
-    # The package sizes its grid from the real SM count on a GPU; the lifted module
-    # assumes 4, so the partial sums may be grouped differently there.
-    torch.testing.assert_close(dw, dw_ref, atol=1e-5, rtol=1e-5)
+def test_the_bf16_kernel_differs_only_in_the_marked_lines():
+    plain = _source("bwd_kernel").splitlines()[2:]
+    bf16 = _source("bwd_kernel_bf16").splitlines()[2:]
+    assert len(plain) == len(bf16)
+    changed = [b for a, b in zip(plain, bf16, strict=True) if a != b]
+    marked = [b for b in bf16 if b.endswith("# bf16")]
+    assert changed == marked and len(marked) == 4
+    for a, b in zip(plain, bf16, strict=True):
+        if a != b:  # the same statement, with the fp32 sums turned into bf16 ones
+            assert _without_casts(a) == _without_casts(b), (a, b)
 
 
-def test_acc_variant_in_fp32_is_the_lesson_kernel(lesson, device):
-    """With ACC=tl.float32 the variants compute exactly what the kernels compute."""
-    x, w, dy = _inputs(45, 300, torch.float32, device)
-    y, rstd = lesson.rms_norm_forward(x, w)
-    dx, dw = lesson.rms_norm_backward(dy, x, w, rstd)
-    y_a, rstd_a = lesson.rms_norm_forward(
-        x, w, kernel=lesson.rms_norm_fwd_acc_kernel, ACC=tl.float32
-    )
-    dx_a, dw_a = lesson.rms_norm_backward(
-        dy, x, w, rstd_a, kernel=lesson.rms_norm_bwd_acc_kernel, ACC=tl.float32
-    )
-    for got, want in [(y_a, y), (rstd_a, rstd), (dx_a, dx), (dw_a, dw)]:
-        assert torch.equal(got, want)
+class _DropCasts(ast.NodeTransformer):
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "to":
+            return node.func.value
+        return node
 
 
-def _rel(out, ref):
-    return ((out.double() - ref).norm() / ref.norm()).item()
+def _without_casts(line: str) -> str:
+    tree = _DropCasts().visit(ast.parse(line.strip()))
+    return ast.unparse(tree).replace("bfloat16", "float32")
 
 
 @pytest.mark.gpu
-def test_bf16_accumulators_lose_accuracy_in_dweight(lesson, device):
-    """On a GPU (bf16 is wrong under the interpreter): the bf16 variant's dweight is
-    several times less accurate than the fp32 one's."""
-    x, w, dy = _inputs(16384, 4096, torch.bfloat16, device)
-    x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
-    y64 = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + EPS) * w64
-    _, dw64 = torch.autograd.grad(y64, (x64, w64), dy.double())
-    errs = {}
-    for acc in (tl.float32, tl.bfloat16):
-        _, rstd = lesson.rms_norm_forward(x, w, kernel=lesson.rms_norm_fwd_acc_kernel, ACC=acc)
-        _, dw = lesson.rms_norm_backward(
-            dy, x, w, rstd, kernel=lesson.rms_norm_bwd_acc_kernel, ACC=acc
+def test_bf16_sums_are_wrong_by_the_lesson_s_yardstick(lesson):
+    x, w, dy = exp.inputs(8192, 1024)
+    dw64 = exp.reference(x, w, dy)[2]
+    _, rstd = lesson.forward(x, w)
+    _, dw = lesson.lesson_bwd(dy, x, w, rstd)
+    _, dw_bf16 = lesson.lesson_bwd(dy, x, w, rstd, lesson.bwd_kernel_bf16)
+    floor = exp.rounding_err(dw64, torch.bfloat16)
+    assert exp.rel_err(dw, dw64) <= WRONG * floor
+    assert exp.rel_err(dw_bf16, dw64) > WRONG * floor
+
+
+def test_the_launch_rules_the_lesson_states(lesson):
+    short, mid, long_h = HIDDEN
+    # Short rows: the package groups rows in both passes ("hint only" exists there).
+    assert op.fwd_config(short)[1] > 1 and op.bwd_config(short)[1] > 1
+    # Middle rows: the package runs the lesson's configuration (the hint is all
+    # that differs forward; "the same launch configuration" backward).
+    block = triton.next_power_of_2(mid)
+    assert op.fwd_config(mid) == (block, 1, lesson.warps_for(block))
+    per_sm = lesson.grid_for(mid) // lesson.SM_COUNT
+    assert op.bwd_config(mid) == (block, 1, lesson.warps_for(block), per_sm)
+    # Long rows take the chunked kernels, the others the whole-row ones.
+    for threshold in (op.FWD_CHUNKED_THRESHOLD, op.BWD_CHUNKED_THRESHOLD):
+        assert short <= threshold and mid <= threshold < long_h
+    # "Keeps BWD_WARPS_PER_SM warps on each SM, as the package does."
+    for h in (short, mid):
+        lesson_warps = (
+            lesson.grid_for(h) // lesson.SM_COUNT * lesson.warps_for(triton.next_power_of_2(h))
         )
-        errs[acc] = _rel(dw, dw64)
-    assert errs[tl.bfloat16] > 2 * errs[tl.float32], errs
+        _, _, warps, per_sm = op.bwd_config(h)
+        assert lesson_warps == warps * per_sm == op.BWD_WARPS_PER_SM
 
 
-def _record(name):
-    path = RECORDS_DIR / f"{name}.json"
-    if not path.exists():
-        pytest.skip(f"{name} has not been recorded on a GPU yet")
-    return json.loads(path.read_text())
+def test_the_package_kernels_the_lesson_names(monkeypatch, device):
+    """At the widths the lesson describes, the package's launchers run the kernels it links."""
+    launched = []
+    real = op.launch
+    monkeypatch.setattr(
+        op, "launch", lambda kernel, *a, **k: launched.append(kernel) or real(kernel, *a, **k)
+    )
+    # Small stand-ins for the thresholds, so that the interpreter stays quick.
+    monkeypatch.setattr(op, "FWD_CHUNKED_THRESHOLD", 64)
+    monkeypatch.setattr(op, "BWD_CHUNKED_THRESHOLD", 64)
+    monkeypatch.setattr(op, "CHUNK_FWD", 64)
+    monkeypatch.setattr(op, "CHUNK_BWD", 64)
+    for n_cols, fwd, bwd in [
+        (64, [op.rms_norm_fwd_kernel], [op.rms_norm_bwd_kernel]),
+        (
+            200,
+            [op.rms_norm_fwd_chunked_kernel],
+            [op.rms_norm_bwd_dot_kernel, op.rms_norm_bwd_chunked_kernel],
+        ),
+    ]:
+        x, w, dy = exp.inputs(6, n_cols, torch.float32, device=device)
+        launched.clear()
+        _, rstd = op.launch_rms_norm_fwd(x, w, exp.EPS)
+        assert launched == fwd
+        launched.clear()
+        op.launch_rms_norm_bwd(dy, x, w, rstd)
+        assert launched == bwd
+    linked = set(re.findall(r"tilebook\.ops\.rms_norm\.(\w+)", SOURCE))
+    assert linked and linked <= set(op.__all__), linked - set(op.__all__)
 
 
-@pytest.mark.parametrize("name", ["lesson11_sizes", "lesson11_accumulate"])
-def test_committed_records_are_gpu_measurements(name):
-    """CPU builds plot these: they must come from a GPU and cover the lesson's sizes."""
-    rec = _record(name)
-    assert rec["provenance"]["mode"] == "gpu"
-    assert rec["provenance"].get("gpu")
-    assert rec["provenance"].get("copy_gbps", 0) > 0
-    assert {4096, 65536} <= {r["hidden"] for r in rec["rows"]}
-    assert all(r["gbps"] > 0 for r in rec["rows"])
+def _calls(tree: ast.AST) -> set[str]:
+    return {ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
 
 
-def test_sizes_record_has_every_implementation_and_pass():
-    rows = _record("lesson11_sizes")["rows"]
-    for h in {r["hidden"] for r in rows}:
-        for pass_ in ("forward", "backward"):
-            impls = {r["impl"] for r in rows if r["hidden"] == h and r["pass"] == pass_}
-            assert impls == {"tilebook", "F.rms_norm", "torch.compile", "eager"}, (h, pass_)
+def test_lesson_and_benchmark_share_one_definition():
+    lesson = _calls(TREE)
+    bench_calls = _calls(ast.parse((ROOT / "benchmarks" / "rms_norm.py").read_text()))
+    assert {"exp.kernels", "exp.versus", "exp.ops"} <= lesson
+    assert {"exp.versus", "exp.ops"} <= bench_calls
+    assert "package.launch_rms_norm_fwd" in lesson
+    assert "package.launch_rms_norm_bwd" in {ast.unparse(n) for n in ast.walk(TREE)}
+    for calls in (lesson, bench_calls):
+        assert not {"measure_interleaved", "compare", "bench.compare"} & calls
 
 
-def test_recorded_bf16_accumulation_is_visibly_worse():
-    """The widget flags bf16 rows as wrong when some error is over 2x the fp32 one."""
-    rows = _record("lesson11_accumulate")["rows"]
-    by = {(r["hidden"], r["accumulate"]): r for r in rows}
-    assert {acc for _, acc in by} == {"fp32", "bf16"}
-    worse = [
-        h
-        for (h, acc), r in by.items()
-        if acc == "bf16" and r["err_dw"] > 2 * by[(h, "fp32")]["err_dw"]
+def _fake_compare(impls, *, bytes_moved, **fields):
+    """bench.compare without a GPU: runs each function once and invents no speed."""
+    fields = {k: v for k, v in fields.items() if k not in ("rounds", "warmup", "rep")}
+    for fn in impls.values():
+        fn()
+    return [{**fields, "impl": n, "median_ms": 1.0, "p20_ms": 1.0, "p80_ms": 1.0} for n in impls]
+
+
+def test_experiment_plumbing_on_the_interpreter(lesson, monkeypatch, device):
+    monkeypatch.setattr(bench, "compare", _fake_compare)
+    pairs = {"lesson": (lesson.forward, lesson.lesson_bwd)}
+    rows = exp.kernels(
+        pairs, 96, passes=["forward", "step"], elements=96 * 12, dtype=torch.float32, device=device
+    )
+    assert [(r["pass"], r["impl"], r["hidden"], r["rows"]) for r in rows] == [
+        ("forward", "lesson", 96, 12),
+        ("step", "lesson", 96, 12),
     ]
-    assert worse, "no hidden size where bf16 accumulation visibly hurts dweight"
+    assert all(r["err_dw"] < 1e-5 and r["floor_dw"] < 1e-6 for r in rows)
+    with pytest.raises(ValueError, match="unknown passes"):
+        exp.kernels(pairs, 96, passes=["sideways"])
+    ops = {"tilebook": lambda x, w: tilebook.rms_norm(x, w, exp.EPS)}
+    rows = exp.versus(ops, [32, 48], n_rows=5, dtype=torch.float32, device=device)
+    assert [(r["hidden"], r["pass"]) for r in rows] == [
+        (32, "forward"),
+        (32, "backward"),
+        (48, "forward"),
+        (48, "backward"),
+    ]
+    assert all(r["err_dx"] < 1e-5 for r in rows)
+
+
+def test_experiment_arithmetic():
+    assert exp.traffic(10, 100) == (2 * 10 * 100 * 2 + 200, 3 * 10 * 100 * 2 + 40 + 400)
+    ref = torch.tensor([1.0, 1.0 + 2**-10], dtype=torch.float64)
+    assert exp.rounding_err(ref, torch.bfloat16) > 0 == exp.rounding_err(ref, torch.float32)
+
+
+RECORDS = ["lesson11_grid", "lesson11_steps", "lesson11_versus", "lesson11_accumulate"]
+
+
+@pytest.mark.parametrize("name", RECORDS)
+def test_committed_records_are_gpu_measurements(name):
+    rec = load_record(name, RECORDS_DIR)
+    assert rec is not None, f"{name} has not been recorded on a GPU"
+    assert rec.provenance["mode"] == "gpu" and rec.provenance.get("gpu")
+    assert rec.provenance.get("copy_gbps", 0) > 0
+    for r in rec.rows:
+        assert 0 < r["p20_ms"] <= r["median_ms"] <= r["p80_ms"] and r["gbps"] > 0
+
+
+def test_committed_records_hold_what_the_lesson_reads():
+    steps = load_record("lesson11_steps", RECORDS_DIR)
+    vs = load_record("lesson11_versus", RECORDS_DIR)
+    acc = load_record("lesson11_accumulate", RECORDS_DIR)
+    grid = load_record("lesson11_grid", RECORDS_DIR)
+    assert steps.values("hidden") == vs.values("hidden") == acc.values("hidden") == list(HIDDEN)
+    assert vs.values("impl") == ["tilebook", "F.rms_norm", "torch.compile"]
+    assert acc.values("impl") == ["fp32", "bf16"]
+    assert grid.values("impl")[0] == "one per row"
+    steps.one(hidden=HIDDEN[0], impl="hint only", **{"pass": "forward"})
+    tol = default_tolerance(torch.bfloat16)
+    for rec in (steps, vs, acc):
+        assert max(r[k] for r in rec.rows for k in ("err_y", "err_dx", "err_dw")) <= tol
+
+
+def test_the_lesson_is_in_the_lesson_form():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from lesson_form import check_lesson
+
+    assert [str(p) for p in check_lesson(LESSON)] == []
