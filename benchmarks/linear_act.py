@@ -14,26 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
-from typing import Any
-
-import torch
-import torch.nn.functional as F
 
 import tilebook
-from tilebook.bench import measure_interleaved
-from tilebook.ops.linear_act import linear_act
+from tilebook.experiments import linear_act as experiment
 
-DTYPE = torch.bfloat16
-TORCH_ACT: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "none": lambda t: t,
-    "relu": F.relu,
-    "gelu": F.gelu,
-    "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
-    "silu": F.silu,
-}
 # run_all.py's ratio: against the unfused pair, the thing a fused kernel replaces.
-BASELINE = {f"linear+{act}": ["unfused"] for act in TORCH_ACT}
+BASELINE = {f"linear+{act}": ["unfused"] for act in experiment.TORCH_ACT}
 # (M, N, K, activation): the headline transformer-MLP shape, then a SwiGLU-sized one,
 # then a ragged batch (3 x 1001 tokens, 4095 outputs: odd rows take the pointer kernel).
 SHAPES = [
@@ -45,63 +31,15 @@ SHAPES = [
 QUICK_SHAPES = SHAPES[:1]
 
 
-def check(name: str, out: torch.Tensor, ref: torch.Tensor, tol: float = 1e-2) -> float:
-    # bf16 output rounding alone is ~2e-3 relative; a wrong tile shows up far above 1e-2.
-    err = ((out.double() - ref).norm() / ref.norm()).item()
-    if not err < tol:  # also catches NaN
-        raise AssertionError(f"{name}: relative error {err:.3g} (tolerance {tol})")
-    return err
-
-
-def _row(shape: str, act: str, impl: str, m: Any, **extra: Any) -> dict[str, Any]:
-    dtype = str(DTYPE).removeprefix("torch.")
-    return {
-        "kernel": f"linear+{act}",
-        "shape": shape,
-        "dtype": dtype,
-        "impl": impl,
-        **extra,
-        **m.as_row(),
-    }
-
-
-def _bench_shape(m: int, n: int, k: int, act: str) -> list[dict]:
-    shape = f"{m}x{n}x{k}"
-    x = torch.randn(m, k, device="cuda", dtype=DTYPE)
-    w = torch.randn(n, k, device="cuda", dtype=DTYPE) / k**0.5
-    b = torch.randn(n, device="cuda", dtype=DTYPE)
-    act_fn = TORCH_ACT[act]
-    ref = act_fn(F.linear(x.double(), w.double(), b.double()))
-    err = check(f"linear_act {act} {shape}", linear_act(x, w, b, act), ref)
-    check(f"unfused {act} {shape}", act_fn(F.linear(x, w, b)), ref)
-    del ref
-    flops = 2 * m * n * k
-    # Interleaved rounds: the three are within a few percent of one another, about
-    # as much as the GPU's clocks drift over a run.
-    timed = measure_interleaved(
-        {
-            "tilebook": lambda: linear_act(x, w, b, act),
-            "unfused": lambda: act_fn(F.linear(x, w, b)),
-            "F.linear": lambda: F.linear(x, w, b),
-        },
-        flops=flops,
-    )
-    rows = []
-    for impl, m_ in timed.items():
-        extra = {"rel_err": err} if impl == "tilebook" else {}
-        rows.append(_row(shape, act, impl, m_, **extra))
-    return rows
-
-
 def run(quick: bool = False) -> list[dict]:
-    """Check, then time, linear_act against the unfused PyTorch pair and F.linear alone."""
+    """Check, then time, linear_act against the unfused PyTorch pair and F.linear alone
+    (the measurement lesson 09 shows, with more rounds)."""
     if not tilebook.is_gpu():
         raise RuntimeError("benchmarks/linear_act.py needs a CUDA GPU")
-    rows: list[dict] = []
-    for m, n, k, act in QUICK_SHAPES if quick else SHAPES:
-        rows += _bench_shape(m, n, k, act)
-        torch.cuda.empty_cache()
-    return rows
+    shapes = QUICK_SHAPES if quick else SHAPES
+    # Interleaved rounds: the three are within a few percent of one another, about as
+    # much as the GPU's clocks drift over a run.
+    return experiment.versus_torch(shapes, rounds=5, warmup=25, rep=100)
 
 
 def table(rows: list[dict]) -> str:

@@ -29,7 +29,8 @@ from typing import Any
 import torch
 
 import tilebook
-from tilebook.bench import measure, measure_interleaved
+from tilebook.bench import measure
+from tilebook.experiments import matmul as experiment
 from tilebook.ops import matmul as mm
 
 DTYPE = torch.bfloat16
@@ -55,19 +56,6 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out.double() - ref).norm() / ref.norm()).item()
 
 
-def check(name: str, out: torch.Tensor, ref: torch.Tensor, tol: float = 1e-2) -> float:
-    # bf16 output rounding alone is ~2e-3 relative; a wrong tile shows up far above 1e-2.
-    err = rel_err(out, ref)
-    if not err < tol:  # also catches NaN
-        raise AssertionError(f"{name}: relative error {err:.3g} (tolerance {tol})")
-    return err
-
-
-def _row(shape: str, impl: str, m: Any, **extra: Any) -> dict[str, Any]:
-    dtype = str(DTYPE).removeprefix("torch.")
-    return {"kernel": "matmul", "shape": shape, "dtype": dtype, "impl": impl, **extra, **m.as_row()}
-
-
 def host_time(fn: Callable[[], Any], n: int = 200) -> tuple[float, float]:
     """(host, wall) microseconds per call of ``fn``, ``n`` calls back to back: host
     until the last call returns, wall until the GPU has finished them all."""
@@ -83,24 +71,14 @@ def host_time(fn: Callable[[], Any], n: int = 200) -> tuple[float, float]:
 
 
 def _bench_shape(m: int, n: int, k: int) -> list[dict]:
-    shape = _shape(m, n, k)
-    a = torch.randn(m, k, device="cuda", dtype=DTYPE)
-    b = torch.randn(k, n, device="cuda", dtype=DTYPE)
-    ref = a.double() @ b.double()
-    err = check(f"matmul {shape}", mm.matmul(a, b), ref)  # autotunes
-    check(f"matmul {shape} (2nd call)", mm.matmul(a, b), ref)  # compiles the runner
-    check(f"matmul {shape} (cached runner)", mm.matmul(a, b), ref)
-    check(f"torch.matmul {shape}", torch.matmul(a, b), ref)
-    del ref
-    flops = 2 * m * n * k
-    ours, theirs = (lambda: mm.matmul(a, b)), (lambda: torch.matmul(a, b))
-    # Interleaved rounds: the two are within a few percent, about as much as the
-    # GPU's clocks drift under a long matmul load.
-    timed = measure_interleaved({"tilebook": ours, "cuBLAS": theirs}, flops=flops)
-    rows = []
-    for impl, fn, extra in (("tilebook", ours, {"rel_err": err}), ("cuBLAS", theirs, {})):
-        host, wall = host_time(fn)
-        rows.append(_row(shape, impl, timed[impl], host_us=host, wall_us=wall, **extra))
+    # Checked against float64 and timed in interleaved rounds by the measurement lesson
+    # 09 shows (more rounds here): the two are within a few percent, about as much as
+    # the GPU's clocks drift under a long matmul load.
+    rows = experiment.versus_cublas([(m, n, k)], dtype=DTYPE, rounds=5, warmup=25, rep=100)
+    a, b = experiment.operands(m, n, k, DTYPE)
+    fns = {"tilebook": lambda: mm.matmul(a, b), "cuBLAS": lambda: torch.matmul(a, b)}
+    for row in rows:
+        row["host_us"], row["wall_us"] = host_time(fns[row["impl"]])
     return rows
 
 
