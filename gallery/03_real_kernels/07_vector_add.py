@@ -518,7 +518,7 @@ def add_kernel(
 # ``BLOCK_SIZE``).  This is what :func:`tilebook.vector_add` runs, after
 # checking its inputs.
 
-print("the package's config:", DEFAULT_CONFIG)
+print(f"the package's config: BLOCK_SIZE={block}, num_warps={DEFAULT_CONFIG.num_warps}")
 tuned_add_kernel = triton.autotune(configs=[DEFAULT_CONFIG], key=[])(add_kernel)
 
 
