@@ -179,15 +179,23 @@ def pick(*, gpu: T, cpu: T) -> T:
 
 
 def banner() -> str:
-    """One line that says which mode runs and on what, for build logs and lessons."""
+    """Which mode runs and on what, for build logs and lessons.
+
+    The first line starts with ``tilebook: GPU mode`` or ``tilebook: CPU mode``;
+    no line is longer than 88 characters (lessons are read at 1280 px).
+    """
+    import textwrap
+
     import triton  # imported here: the mode is already fixed
 
     versions = f"torch {torch.__version__}, triton {triton.__version__}"
     if is_gpu():
         forced = _forced_arch()
         paths = f"; code paths of sm_{forced} ({ARCH_ENV})" if forced else ""
-        return f"tilebook: GPU mode on {torch.cuda.get_device_name(0)} ({versions}{paths})"
-    return (
-        "tilebook: CPU mode, kernels run through Triton's interpreter at small sizes; "
-        f"benchmarks show recorded GPU measurements ({versions}; {_RUNTIME.reason})"
-    )
+        text = f"tilebook: GPU mode on {torch.cuda.get_device_name(0)} ({versions}{paths})"
+    else:
+        text = (
+            "tilebook: CPU mode, kernels run through Triton's interpreter at small sizes; "
+            f"benchmarks show recorded GPU measurements ({versions}; {_RUNTIME.reason})"
+        )
+    return textwrap.fill(text, 88, subsequent_indent="  ", break_on_hyphens=False)
