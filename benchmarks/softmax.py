@@ -1,9 +1,11 @@
 """Softmax on a GPU: tilebook against torch.softmax and torch.compile, bf16, large tensors.
 
-Every input is at least 256 MB so that the figures measure HBM, not L2.  Each
-implementation is checked against a float64 reference on the GPU before it is
-timed.  Bytes counted: forward reads x and writes y; backward reads y and dy and
-writes dx; each once.
+The measurements are lesson 10's, defined once in
+:mod:`tilebook.experiments.softmax` (each implementation checked against float64
+before it is timed, interleaved rounds, bytes counted once: the forward reads x
+and writes y, the backward reads y and dy and writes dx); this benchmark runs
+them with more rounds, at the shapes of its targets.  Every input is at least
+256 MB so that the figures measure HBM, not L2.
 
     PYTHONPATH=src python benchmarks/softmax.py            # table, ratio vs best baseline
     PYTHONPATH=src python benchmarks/softmax.py --sweep    # time candidate configurations
@@ -16,17 +18,15 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable
-from typing import Any
 
 import torch
 
 import tilebook
-from tilebook.bench import copy_bandwidth, measure, measure_interleaved
-from tilebook.check import default_tolerance
+from tilebook.bench import copy_bandwidth, measure
+from tilebook.experiments import softmax as experiment
 from tilebook.ops import softmax as sm
 
-DTYPE = torch.bfloat16
+TIMING = {"rounds": 5, "warmup": 25, "rep": 100}
 # (rows, cols); 2**27 bf16 elements is 256 MB, the last shape is 512 MB.
 SHAPES = [
     (524288, 256),
@@ -45,104 +45,13 @@ def _shape(m: int, n: int) -> str:
     return f"{m}x{n}"
 
 
-def _inputs(m: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    # Scaled so that rows have a real spread of probabilities, not a near-uniform one.
-    x = (torch.randn(m, n, device="cuda") * 4).to(DTYPE)
-    dy = torch.randn(m, n, device="cuda").to(DTYPE)
-    return x, dy
-
-
-def _fwd_ref(x: torch.Tensor) -> torch.Tensor:
-    return torch.softmax(x.double(), dim=-1)
-
-
-def _bwd_ref(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
-    # The exact gradient for the bf16 y that every implementation is given: against the
-    # gradient of the exact softmax, y's rounding alone would dominate rows where one
-    # entry takes nearly all the mass (1 - y cancels there).
-    y64, dy64 = y.double(), dy.double()
-    return y64 * (dy64 - (dy64 * y64).sum(-1, keepdim=True))
-
-
-def _check(name: str, out: torch.Tensor, ref: torch.Tensor) -> None:
-    # Norm-wise relative error against float64, the measure tilebook.check uses:
-    # element-wise tests fail correct bf16 results (torch's own included) wherever
-    # an entry cancels to nearly zero.
-    err = ((out.double() - ref).norm() / ref.norm()).item()
-    if not err <= default_tolerance(out.dtype):
-        raise AssertionError(f"{name}: relative error {err:.2e}")
-
-
-_check_fwd = _check_bwd = _check
-
-
-def _tilebook_bwd(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
-    # What SoftmaxFunction.backward does, without the autograd engine around it.
-    return sm.launch_softmax_backward(y, dy, torch.empty_like(y))
-
-
-def _torch_bwd(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return torch.ops.aten._softmax_backward_data(dy, y, -1, y.dtype)
-
-
-def _compiled(fn: Callable) -> Callable:
-    # A fresh compile per shape: no recompile limit, no switch to dynamic shapes.
-    torch._dynamo.reset()
-    return torch.compile(fn, dynamic=False)
-
-
-def _row(kernel: str, shape: str, impl: str, m: Any, **extra: Any) -> dict[str, Any]:
-    return {
-        "kernel": kernel,
-        "shape": shape,
-        "dtype": str(DTYPE).removeprefix("torch."),
-        "impl": impl,
-        **extra,
-        **m.as_row(),
-    }
-
-
-def _bench_shape(m: int, n: int) -> list[dict]:
-    shape = _shape(m, n)
-    x, dy = _inputs(m, n)
-    nbytes = x.numel() * x.element_size()
-    rows = []
-    ref = _fwd_ref(x)
-    comp = _compiled(lambda t: torch.softmax(t, -1))
-    fwd = {
-        "tilebook": lambda: sm.softmax(x, -1),
-        "torch": lambda: torch.softmax(x, -1),
-        "torch.compile": lambda: comp(x),
-    }
-    for impl, fn in fwd.items():
-        _check_fwd(f"softmax_fwd {impl} {shape}", fn(), ref)
-    # Interleaved: at short rows all three run within 1% of the copy ceiling, closer
-    # together than the clocks drift over a run.
-    for impl, m_ in measure_interleaved(fwd, bytes_moved=2 * nbytes).items():
-        rows.append(_row("softmax_fwd", shape, impl, m_))
-    y = torch.softmax(x, -1)
-    ref = _bwd_ref(y, dy)
-    comp_bwd = _compiled(_torch_bwd)
-    bwd = {
-        "tilebook": lambda: _tilebook_bwd(y, dy),
-        "torch": lambda: _torch_bwd(dy, y),
-        "torch.compile": lambda: comp_bwd(dy, y),
-    }
-    for impl, fn in bwd.items():
-        _check_bwd(f"softmax_bwd {impl} {shape}", fn(), ref)
-    for impl, m_ in measure_interleaved(bwd, bytes_moved=3 * nbytes).items():
-        rows.append(_row("softmax_bwd", shape, impl, m_))
-    return rows
-
-
 def run(quick: bool = False) -> list[dict]:
     """Check, then time, forward and backward of the three implementations on a GPU."""
     if not tilebook.is_gpu():
         raise RuntimeError("benchmarks/softmax.py needs a CUDA GPU")
-    rows: list[dict] = []
-    for m, n in QUICK_SHAPES if quick else SHAPES:
-        rows += _bench_shape(m, n)
-        torch.cuda.empty_cache()
+    shapes = QUICK_SHAPES if quick else SHAPES
+    rows = [{**r, "kernel": "softmax_fwd"} for r in experiment.forward(shapes, **TIMING)]
+    rows += [{**r, "kernel": "softmax_bwd"} for r in experiment.backward(shapes, **TIMING)]
     return rows
 
 
@@ -236,16 +145,16 @@ def _literal(cfg: sm.SoftmaxConfig) -> str:
 def _sweep_width(n: int, deadline: float) -> tuple[list[dict], dict[str, sm.SoftmaxConfig]]:
     m = 2**27 // n
     shape = _shape(m, n)
-    x, dy = _inputs(m, n)
+    x, dy = experiment.inputs(m, n)
     nbytes = x.numel() * x.element_size()
     y_ref = torch.softmax(x, -1)
-    dx_ref = _torch_bwd(dy, y_ref).float()
-    comp_f = _compiled(lambda t: torch.softmax(t, -1))
-    comp_b = _compiled(_torch_bwd)
+    dx_ref = experiment.torch_backward(dy, y_ref).float()
+    comp_f = experiment.compiled(lambda t: torch.softmax(t, -1))
+    comp_b = experiment.compiled(experiment.torch_backward)
     base = {
         ("fwd", "torch"): lambda: torch.softmax(x, -1),
         ("fwd", "torch.compile"): lambda: comp_f(x),
-        ("bwd", "torch"): lambda: _torch_bwd(dy, y_ref),
+        ("bwd", "torch"): lambda: experiment.torch_backward(dy, y_ref),
         ("bwd", "torch.compile"): lambda: comp_b(dy, y_ref),
     }
     rows: list[dict] = []

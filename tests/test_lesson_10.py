@@ -1,155 +1,253 @@
-"""Lesson 10 (softmax): it shows the package's kernels, and its records hold up."""
+"""Lesson 10 (softmax): its kernels, its launchers, the measurements it shares, its records.
+
+Running the whole lesson takes a while, so these tests lift its kernels and
+launchers out of the script (by their source) into a small module and check
+them against float64 and against the package.  The kernel the lesson calls the
+package's must stay :func:`tilebook.ops.softmax.softmax_fwd_kernel`, and the
+lesson and ``benchmarks/softmax.py`` must time through the one definition in
+:mod:`tilebook.experiments.softmax`.
+"""
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import inspect
-import re
 import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
-from tilebook.bench import load_record
+import tilebook
+from tilebook.bench import RECORDS_DIR, load_record
+from tilebook.experiments import softmax as experiment
 from tilebook.ops import softmax as sm
 
-LESSON = Path(__file__).parents[1] / "gallery" / "03_real_kernels" / "10_softmax.py"
-SHOWN_IN_FULL = [
+ROOT = Path(__file__).parents[1]
+LESSON = ROOT / "gallery" / "03_real_kernels" / "10_softmax.py"
+SOURCE = LESSON.read_text()
+TREE = ast.parse(SOURCE)
+LIFTED = [
+    "softmax_row_kernel",
+    "ROW_WARPS",
+    "softmax_rows",
     "softmax_fwd_kernel",
-    "softmax_fwd_online_kernel",
-    "softmax_bwd_kernel",
+    "softmax_tiles",
+    "softmax_online_kernel",
+    "softmax_online",
+    "softmax_bwd_row_kernel",
+    "softmax_backward_rows",
+    "programs_per_sm",
 ]
-IMPLS = {"tilebook", "torch", "torch.compile"}
-VARIANTS = {
-    "tilebook",
-    "persistent grid",
-    "persistent grid, 2 stages",
-    "one row per program",
-    "online path forced",
-}
+H100 = {"sm_threads": 2048, "sm_registers": 65536, "sm_shared": 233472, "sm_programs": 32}
 
 
-def _lesson_tree() -> tuple[str, ast.Module]:
-    text = LESSON.read_text()
-    return text, ast.parse(text)
+def _names(targets: list[ast.expr]) -> list[str]:
+    return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
 
 
-@pytest.mark.parametrize("name", SHOWN_IN_FULL)
-def test_lesson_shows_the_package_kernel(name):
-    """Lesson 10 writes these kernels out in full; they must stay the package's."""
-    text, tree = _lesson_tree()
-    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
-    (node,) = [n for n in defs if n.name == name]
-    assert any(ast.unparse(d) == "triton.jit" for d in node.decorator_list)
-    lesson_src = ast.get_source_segment(text, node)
-    package_src = textwrap.dedent(inspect.getsource(getattr(sm, name).fn))
-    package_src = package_src[package_src.index(f"def {name}") :]
-    assert lesson_src.strip() == package_src.strip()
-
-
-def test_lesson_does_not_redefine_the_package_launchers():
-    """The lesson's launchers have names of their own: readers see which is which."""
-    _, tree = _lesson_tree()
-    defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
-    package = {"softmax", "launch_softmax_forward", "launch_softmax_backward"}
-    assert not defined & package
-    assert {"softmax_rows", "softmax_online", "softmax_persistent"} <= defined
-
-
-def test_records_are_named_for_the_lesson():
-    _, tree = _lesson_tree()
-    names = [
-        n.args[0].value
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Call)
-        and getattr(n.func, "id", None) == "record_or_measure"
-        and isinstance(n.args[0], ast.Constant)
+def _top_level(name: str) -> ast.stmt:
+    found = [
+        n
+        for n in TREE.body
+        if isinstance(n, ast.FunctionDef | ast.Assign)
+        and name in ([n.name] if isinstance(n, ast.FunctionDef) else _names(n.targets))
     ]
-    assert sorted(names) == ["lesson10_sizes", "lesson10_variants"]
+    assert len(found) == 1, f"lesson 10 defines {name!r} {len(found)} times at top level"
+    return found[0]
 
 
-def test_structure():
-    """A "you will learn" list, API links, and a solution for every exercise."""
-    text, tree = _lesson_tree()
-    doc = ast.get_docstring(tree)
-    assert doc.startswith("10. softmax:")
-    assert ".. rubric:: You will learn" in doc
-    assert ":func:`tilebook.softmax`" in doc and ":mod:`tilebook.ops.softmax`" in doc
-    try_this = text[text.index("# Try this") :]
-    exercises = re.findall(r"^# (\d+)\. ", try_this, flags=re.M)
-    assert exercises == [str(i) for i in range(1, len(exercises) + 1)]
-    assert len(exercises) >= 3
-    assert try_this.count(".. dropdown:: Solution") == len(exercises)
+def _source(name: str) -> str:
+    node = _top_level(name)
+    start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+    return "\n".join(SOURCE.splitlines()[start - 1 : node.end_lineno])
 
 
-def _committed(name: str):
-    rec = load_record(name)
-    if rec is None:
-        pytest.skip(f"no committed record {name!r}")
-    return rec
+def _constant(name: str):
+    return ast.literal_eval(_top_level(name).value)
 
 
-def test_sizes_record():
-    """Every length has the three implementations in both directions, on >= 256 MiB."""
-    rec = _committed("lesson10_sizes")
-    assert rec.provenance["mode"] == "gpu" and rec.provenance.get("copy_gbps")
-    lengths = {r["n"] for r in rec.rows}
-    assert min(lengths) <= 256 and max(lengths) > sm.ONLINE_THRESHOLD
-    for kernel in ("forward", "backward"):
-        for n in lengths:
-            got = {r["impl"] for r in rec.select(kernel=kernel, n=n)}
-            assert got == IMPLS, (kernel, n, got)
-    for r in rec.rows:
-        assert r["tensor_mib"] >= 256
-        assert r["rows"] * r["n"] * 2 == r["tensor_mib"] * 2**20  # bfloat16
-        passes = 2 if r["kernel"] == "forward" else 3
-        assert r["bytes"] == passes * r["tensor_mib"] * 2**20
-        assert r["gbps"] > 0
+@pytest.fixture(scope="module")
+def lesson(tmp_path_factory):
+    """The lifted definitions as a module (an importable file, as Triton needs source)."""
+    head = (
+        "import torch\nimport triton\nimport triton.language as tl\n"
+        "import tilebook.ops.softmax as sm\n\n"
+    )
+    body = "\n\n".join(_source(name) for name in LIFTED)
+    path = tmp_path_factory.mktemp("lesson10") / "lesson10_lifted.py"
+    path.write_text(head + body + "\n")
+    spec = importlib.util.spec_from_file_location("lesson10_lifted", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def test_widget_has_slow_cells():
-    """The widget flags cells under 65% of the best forward figure: some must be."""
-    rec = _committed("lesson10_sizes")
-    forward = rec.select(kernel="forward")
-    best = max(r["gbps"] for r in forward)
-    assert any(r["gbps"] < 0.65 * best for r in forward)
+def test_the_kernel_called_the_package_s_is_the_package_s():
+    package = textwrap.dedent(inspect.getsource(sm.softmax_fwd_kernel.fn))
+    package = package[package.index("@triton.jit") :]
+    assert _source("softmax_fwd_kernel").strip() == package.strip()
 
 
-def test_variants_record():
-    rec = _committed("lesson10_variants")
-    for n in {r["n"] for r in rec.rows}:
-        assert {r["impl"] for r in rec.select(n=n)} == VARIANTS
-    for r in rec.rows:
-        if not r["impl"].startswith("persistent"):
-            continue
-        assert 1 <= r["programs_per_sm"] <= 32
-        assert r["grid"] <= r["programs_per_sm"] * rec.provenance["sm_count"]
+def _awkward(n_rows: int, n_cols: int, device) -> torch.Tensor:
+    x = torch.randn(n_rows, n_cols, device=device) * 4
+    x[0] = -float("inf")
+    x[1, ::3] = -float("inf")
+    x[2, -1] = 30.0  # the maximum in the last chunk: the sum must be rescaled
+    return x
 
 
-def _lesson_function(name: str, **globals_):
-    """A top-level function of the lesson, compiled on its own with these globals."""
-    _, tree = _lesson_tree()
-    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
-    (node,) = [n for n in defs if n.name == name]
-    namespace = dict(globals_)
-    code = compile(ast.Module([node], []), str(LESSON), "exec")
-    exec(code, namespace)  # noqa: S102  (the lesson's own source, not run as a whole)
-    return namespace[name]
+def _close(out: torch.Tensor, ref: torch.Tensor) -> None:
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("n_cols", [1, 37, 128, 300])
+def test_the_lesson_launchers_match_float64(lesson, device, n_cols):
+    x = _awkward(5, n_cols, device) if n_cols > 2 else torch.randn(5, n_cols, device=device)
+    ref = torch.softmax(x.double(), -1)
+    _close(lesson.softmax_rows(x), ref)
+    _close(lesson.softmax_online(x, 32), ref)
+    cfg = sm.pick_config(n_cols)
+    _close(lesson.softmax_tiles(x, cfg, 2), ref)
+    y = tilebook.softmax(x).nan_to_num()
+    dy = torch.randn_like(y)
+    y64, dy64 = y.double(), dy.double()
+    _close(lesson.softmax_backward_rows(y, dy), y64 * (dy64 - (y64 * dy64).sum(-1, True)))
+
+
+def test_the_lesson_s_copy_computes_what_the_package_does(lesson, device):
+    x = torch.randn(37, 1000, device=device)
+    cfg = sm.pick_config(1000)
+    # The same kernel under the same configuration: the same bits, looping or not.
+    assert torch.equal(lesson.softmax_tiles(x, cfg), tilebook.softmax(x))
+    assert torch.equal(lesson.softmax_tiles(x, cfg, 3), tilebook.softmax(x))
 
 
 @pytest.mark.parametrize(
     ("registers", "shared", "warps", "expected"),
     [
         (64, 128, 8, (4, "registers")),  # 64 x 256 threads: 4 x 16384 registers
-        (61, 128, 8, (4, "registers")),  # rounded up to 64
-        (65, 128, 8, (3, "registers")),  # rounded up to 72
+        (61, 128, 8, (4, "registers")),  # handed out as 64
+        (65, 128, 8, (3, "registers")),  # handed out as 72
         (128, 64, 16, (1, "registers")),
         (32, 0, 16, (4, "threads")),  # 512 threads of 2048
         (16, 0, 1, (32, "program slots")),
-        (32, 100_000, 4, (2, "shared memory")),  # plus the 1 KiB reserved per program
+        (32, 100_000, 4, (2, "shared memory")),  # plus the 1 KiB kept per program
     ],
 )
-def test_occupancy_arithmetic(registers, shared, warps, expected):
-    h100 = {"sms": 132, "threads": 2048, "registers": 65536, "shared": 233472}
-    programs_per_sm = _lesson_function("programs_per_sm", SM=h100)
-    assert programs_per_sm(registers, shared, warps) == expected
+def test_occupancy_arithmetic(lesson, registers, shared, warps, expected):
+    assert lesson.programs_per_sm(registers, shared, warps, H100) == expected
+
+
+def _calls(tree: ast.AST) -> set[str]:
+    return {ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+
+
+def test_lesson_and_benchmark_share_one_definition():
+    lesson = _calls(TREE)
+    for fn in ("xp.forward", "xp.backward", "xp.launches", "xp.binary"):
+        assert fn in lesson, fn
+    bench = ast.parse((ROOT / "benchmarks" / "softmax.py").read_text())
+    (run,) = [n for n in bench.body if isinstance(n, ast.FunctionDef) and n.name == "run"]
+    assert {"experiment.forward", "experiment.backward"} <= _calls(run)
+    # Neither times softmax on its own.
+    for calls in (lesson, _calls(run)):
+        assert not {"measure", "measure_interleaved", "compare", "do_bench"} & calls
+
+
+def test_experiment_arithmetic():
+    assert experiment.shapes([256, 131072]) == [(2**19, 256), (2**10, 131072)]
+    assert experiment.shapes([64], elements=100) == [(1, 64)]
+    tile = sm.SoftmaxConfig(4, 2048, 16)
+    assert experiment.programs(65536, tile, 132) == 16384
+    assert experiment.programs(65536, sm.SoftmaxConfig(4, 2048, 16, ctas_per_sm=3), 132) == 396
+    online = sm.SoftmaxConfig(1, 4096, 8, online=True, ctas_per_sm=6)
+    assert experiment.programs(1024, online, 132) == 792
+    assert experiment.programs(100, online, 132) == 100
+
+
+def _record(name: str):
+    rec = load_record(name, RECORDS_DIR)
+    assert rec is not None, f"the record {name} is not committed"
+    assert rec.provenance["mode"] == "gpu" and rec.provenance.get("copy_gbps")
+    return rec
+
+
+def _timed(rows: list[dict], passes: int) -> None:
+    for r in rows:
+        assert r["p20_ms"] <= r["median_ms"] <= r["p80_ms"]
+        assert r["rows"] * r["n"] == experiment.ELEMENTS
+        assert r["bytes"] == passes * experiment.ELEMENTS * 2  # bfloat16
+        assert r["dtype"] == "bfloat16"
+
+
+def test_forward_record_is_the_lesson_s_grid():
+    rec = _record("lesson10_forward")
+    widths = _constant("WIDTHS")
+    assert rec.values("n") == widths
+    fits = sm.ONLINE_THRESHOLD
+    for n in widths:
+        mine = ["one row a program", "online always"] if n <= fits else ["single pass always"]
+        assert rec.values("impl", n=n) == ["tilebook", "torch", "torch.compile", *mine]
+    _timed(rec.rows, 2)
+
+
+def test_backward_record():
+    rec = _record("lesson10_backward")
+    assert rec.values("n") == [_constant("WIDTHS")[1], sm.ONLINE_THRESHOLD]
+    for n in rec.values("n"):
+        assert rec.values("impl", n=n) == ["tilebook", "torch", "torch.compile"]
+    _timed(rec.rows, 3)
+
+
+def test_binaries_record_matches_the_configurations(lesson):
+    rec = _record("lesson10_binaries")
+    fits, long = sm.ONLINE_THRESHOLD, _constant("WIDTHS")[-1]
+    assert rec.one(impl="one row a program", n=fits)["num_warps"] == _constant("ROW_WARPS")
+    assert rec.one(impl="single pass always", n=long)["num_warps"] == 32
+    for r in rec.select(impl="tilebook"):
+        assert r["num_warps"] == sm.pick_config(r["n"]).num_warps
+    for r in rec.rows:
+        assert 0 < r["registers"] <= 255 and r["spills"] >= 0 and r["shared_bytes"] >= 0
+        fit, _ = lesson.programs_per_sm(r["registers"], r["shared_bytes"], r["num_warps"], r)
+        assert 1 <= fit <= r["sm_programs"]
+
+
+def test_launches_record_sizes_its_grids_from_the_binaries(lesson):
+    rec = _record("lesson10_launches")
+    bins = _record("lesson10_binaries")
+    sms = rec.provenance["sm_count"]
+    _timed(rec.rows, 2)
+    for r in rec.rows:
+        cfg = sm.SoftmaxConfig(
+            r["block_m"], r["block_n"], r["num_warps"], 1, r["online"], r["ctas_per_sm"], r["evict"]
+        )
+        assert r["programs"] == experiment.programs(r["rows"], cfg, sms)
+        if r["impl"] == "persistent":
+            b = bins.one(impl="tilebook", n=r["n"])
+            fit, _ = lesson.programs_per_sm(b["registers"], b["shared_bytes"], b["num_warps"], b)
+            assert r["ctas_per_sm"] == fit
+        else:
+            assert r["ctas_per_sm"] is None
+
+
+@pytest.mark.gpu
+def test_experiments_run_on_a_gpu():
+    timing = {"rounds": 1, "warmup": 1, "rep": 5}
+    shapes = [(64, 256), (8, 40000)]
+    rows = experiment.forward(shapes, with_compile=False, **timing)
+    assert [(r["n"], r["impl"]) for r in rows] == [
+        (256, "tilebook"),
+        (256, "torch"),
+        (40000, "tilebook"),
+        (40000, "torch"),
+    ]
+    rows = experiment.backward(shapes, with_compile=False, **timing)
+    assert all(r["gbps"] > 0 and r["bytes"] == 3 * r["rows"] * r["n"] * 2 for r in rows)
+    cfg = sm.pick_config(256)
+    configs = {"tile": cfg, "persistent": sm.SoftmaxConfig(cfg.block_m, 256, 4, ctas_per_sm=1)}
+    rows = experiment.launches((4096, 256), configs, **timing)
+    assert [r["programs"] for r in rows] == [4096 // cfg.block_m, experiment.sm_limits()["sms"]]
+    facts = experiment.resources(experiment.binary(cfg, 256))
+    assert facts["num_warps"] == cfg.num_warps and facts["registers"] > 0

@@ -1,0 +1,263 @@
+"""Softmax measurements shared by lesson 10 and ``benchmarks/softmax.py``.
+
+Every function here checks what it times against a float64 reference (norm-wise
+relative error within :func:`tilebook.check.default_tolerance` of the dtype)
+before timing it, and times the implementations it compares in interleaved
+rounds (:func:`tilebook.bench.compare`), so that their spread includes the
+drift of the GPU's clocks.  Rows carry ``kernel`` (``"forward"`` or
+``"backward"``), ``n`` (columns), ``rows``, ``shape``, ``dtype``, ``impl`` and
+the timing fields of :meth:`tilebook.bench.Measurement.as_row`; GB/s count each
+input read once and each output written once.
+
+The baselines are ``torch.softmax`` (PyTorch's fused CUDA kernel), the same call
+through ``torch.compile`` (Inductor writes a Triton kernel for each shape) and,
+for the backward, ``torch.ops.aten._softmax_backward_data``, the kernel autograd
+calls.  GPU only, like every module of :mod:`tilebook.experiments`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+import triton
+
+from ..bench import compare
+from ..check import default_tolerance
+from ..ops import softmax as sm
+
+__all__ = [
+    "DTYPE",
+    "ELEMENTS",
+    "backward",
+    "binary",
+    "check",
+    "compiled",
+    "forward",
+    "inputs",
+    "launches",
+    "programs",
+    "resources",
+    "shapes",
+    "sm_limits",
+    "torch_backward",
+]
+
+#: The dtype every measurement uses.
+DTYPE = torch.bfloat16
+#: Elements per tensor: 256 MiB of bfloat16, five times an H100's L2 cache, so
+#: that the figures measure HBM and not the cache.
+ELEMENTS = 2**27
+
+Extra = Callable[[torch.Tensor], Mapping[str, Callable[[], Any]]]
+
+
+def shapes(widths: Sequence[int], elements: int = ELEMENTS) -> list[tuple[int, int]]:
+    """``(rows, n)`` for each row length ``n``, holding ``elements`` values in all."""
+    return [(max(1, elements // n), n) for n in widths]
+
+
+def inputs(m: int, n: int, dtype: torch.dtype = DTYPE) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x`` (scaled by 4, so that rows have a real spread of probabilities) and ``dy``."""
+    x = (torch.randn(m, n, device="cuda") * 4).to(dtype)
+    dy = torch.randn(m, n, device="cuda").to(dtype)
+    return x, dy
+
+
+def check(name: str, out: torch.Tensor, ref: torch.Tensor) -> None:
+    """Raise unless ``||out - ref|| / ||ref||`` is within the tolerance of ``out``'s dtype.
+
+    Norm-wise, as :mod:`tilebook.check` measures: element-wise tests fail correct
+    bfloat16 results (torch's own too) wherever an entry cancels to nearly zero.
+    """
+    err = ((out.double() - ref).norm() / ref.norm()).item()
+    tol = default_tolerance(out.dtype)
+    if not err <= tol:
+        raise AssertionError(f"{name}: relative error {err:.2e} > {tol:.0e} vs float64")
+
+
+def torch_backward(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """PyTorch's softmax backward kernel, the one autograd calls."""
+    return torch.ops.aten._softmax_backward_data(dy, y, -1, y.dtype)
+
+
+def compiled(fn: Callable) -> Callable:
+    """``fn`` through ``torch.compile`` for static shapes, compiled afresh.
+
+    The reset keeps one shape's compile from counting against the next one's
+    recompile limit.
+    """
+    torch._dynamo.reset()
+    return torch.compile(fn, dynamic=False)
+
+
+def _fields(kernel: str, m: int, n: int, x: torch.Tensor) -> dict[str, Any]:
+    return {
+        "kernel": kernel,
+        "n": n,
+        "rows": m,
+        "shape": f"{m}x{n}",
+        "dtype": str(x.dtype).removeprefix("torch."),
+        "tensor_mib": x.numel() * x.element_size() / 2**20,
+    }
+
+
+def _time(kernel, m, n, x, impls, ref, passes, timing) -> list[dict[str, Any]]:
+    for name, fn in impls.items():  # compiles happen here, never inside the timing
+        # Free a NaN-filled block of the output's size first: the caching allocator
+        # hands it to fn's output, so a kernel that writes nothing cannot pass on
+        # the memory of the implementation checked before it.
+        torch.full_like(ref, float("nan"), dtype=x.dtype)
+        check(f"softmax {kernel} {name} {m}x{n}", fn(), ref)
+    nbytes = passes * x.numel() * x.element_size()
+    return compare(impls, bytes_moved=nbytes, **_fields(kernel, m, n, x), **timing)
+
+
+def forward(
+    shapes: Sequence[tuple[int, int]],
+    *,
+    extra: Extra | None = None,
+    with_compile: bool = True,
+    **timing: Any,
+) -> list[dict[str, Any]]:
+    """Time the forward: ``tilebook``, ``torch``, ``torch.compile`` and ``extra``.
+
+    ``extra(x)`` returns more implementations to time on the input ``x``, by
+    name (none where it has nothing for this shape).  ``timing`` goes to :func:`tilebook.bench.compare` (rounds,
+    warmup, rep).
+    """
+    rows: list[dict[str, Any]] = []
+    for m, n in shapes:
+        x, _ = inputs(m, n)
+        ref = torch.softmax(x.double(), -1)
+        impls: dict[str, Callable[[], Any]] = {
+            "tilebook": lambda x=x: sm.softmax(x, -1),
+            "torch": lambda x=x: torch.softmax(x, -1),
+        }
+        if with_compile:
+            fn = compiled(lambda t: torch.softmax(t, -1))
+            impls["torch.compile"] = lambda x=x, fn=fn: fn(x)
+        impls |= extra(x) if extra is not None else {}
+        rows += _time("forward", m, n, x, impls, ref, 2, timing)
+        del x, ref, impls
+        torch.cuda.empty_cache()
+    return rows
+
+
+def backward(
+    shapes: Sequence[tuple[int, int]], *, with_compile: bool = True, **timing: Any
+) -> list[dict[str, Any]]:
+    """Time the backward from a saved ``y`` and an incoming ``dy``: ``dx`` of each."""
+    rows: list[dict[str, Any]] = []
+    for m, n in shapes:
+        x, dy = inputs(m, n)
+        y = torch.softmax(x, -1)
+        y64, dy64 = y.double(), dy.double()
+        # The exact gradient for the rounded y every implementation is given.
+        ref = y64 * (dy64 - (y64 * dy64).sum(-1, keepdim=True))
+        del x, y64, dy64
+        impls: dict[str, Callable[[], Any]] = {
+            "tilebook": lambda y=y, dy=dy: sm.launch_softmax_backward(y, dy, torch.empty_like(y)),
+            "torch": lambda y=y, dy=dy: torch_backward(dy, y),
+        }
+        if with_compile:
+            fn = compiled(torch_backward)
+            impls["torch.compile"] = lambda y=y, dy=dy, fn=fn: fn(dy, y)
+        rows += _time("backward", m, n, y, impls, ref, 3, timing)
+        del y, dy, ref, impls
+        torch.cuda.empty_cache()
+    return rows
+
+
+def programs(m: int, cfg: sm.SoftmaxConfig, sms: int) -> int:
+    """How many programs the package launches for ``m`` rows under ``cfg`` on ``sms`` SMs."""
+    tiles = m if cfg.online else triton.cdiv(m, cfg.block_m)
+    return tiles if cfg.ctas_per_sm is None else max(1, min(tiles, cfg.ctas_per_sm * sms))
+
+
+def launches(
+    shape: tuple[int, int], configs: Mapping[str, sm.SoftmaxConfig], **timing: Any
+) -> list[dict[str, Any]]:
+    """Time the package's forward under several launch configurations of one shape.
+
+    Each row also holds its configuration and ``programs``, the size of its grid.
+    """
+    m, n = shape
+    x, _ = inputs(m, n)
+    ref = torch.softmax(x.double(), -1)
+    impls = {
+        name: lambda cfg=cfg, x=x: sm.launch_softmax_forward(x, torch.empty_like(x), cfg)
+        for name, cfg in configs.items()
+    }
+    rows = _time("forward", m, n, x, impls, ref, 2, timing)
+    sms = sm_limits()["sms"]
+    for r in rows:
+        cfg = configs[r["impl"]]
+        r.update(
+            block_m=cfg.block_m,
+            block_n=cfg.block_n,
+            num_warps=cfg.num_warps,
+            online=cfg.online,
+            ctas_per_sm=cfg.ctas_per_sm,
+            evict=cfg.evict,
+            programs=programs(m, cfg, sms),
+        )
+    del x, ref, impls
+    torch.cuda.empty_cache()
+    return rows
+
+
+def sm_limits() -> dict[str, int]:
+    """What one SM of this GPU holds: threads, 32-bit registers, shared memory, programs.
+
+    Programs: at most 32 resident on any SM since Volta.
+    """
+    p = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return {
+        "sms": p.multi_processor_count,
+        "sm_threads": p.max_threads_per_multi_processor,
+        # Older torch builds do not report it; it is the same on every CUDA GPU.
+        "sm_registers": getattr(p, "regs_per_multiprocessor", 0) or 65536,
+        "sm_shared": p.shared_memory_per_multiprocessor,
+        "sm_programs": getattr(p, "max_blocks_per_multi_processor", 32),
+    }
+
+
+def binary(cfg: sm.SoftmaxConfig, n: int, dtype: torch.dtype = DTYPE):
+    """The compiled forward kernel that the package launches for rows of ``n`` under ``cfg``.
+
+    Compiled by a launch on one program over a small tensor that Triton
+    specialises like the measured ones (row count and length divisible by 16,
+    aligned pointers), so it is the very binary that the measurements time.
+    """
+    m = 16 * cfg.block_m
+    x = torch.zeros(m, n, dtype=dtype, device="cuda")
+    meta: dict[str, Any] = {
+        "BLOCK_N": cfg.block_n,
+        "NUM_STAGES": cfg.num_stages,
+        "EVICT": cfg.evict,
+        "INT64": False,
+        "num_warps": cfg.num_warps,
+    }
+    if cfg.online:
+        kernel = sm.softmax_fwd_online_kernel
+    else:
+        kernel = sm.softmax_fwd_kernel
+        meta |= {"BLOCK_M": cfg.block_m, "EVEN_M": True, "EVEN_N": n == cfg.block_n}
+    return kernel[(1,)](x, torch.empty_like(x), m, n, n, n, **meta)
+
+
+def resources(compiled_kernel) -> dict[str, int]:
+    """Registers and spills per thread, shared memory and warps of a launched kernel.
+
+    ``compiled_kernel`` is what a Triton launch returns.  ``spills`` counts
+    32-bit values a thread keeps in local memory because its registers ran out.
+    """
+    k = compiled_kernel  # launched, so loaded: Triton reads the resources then
+    return {
+        "registers": int(k.n_regs),
+        "spills": int(k.n_spills),
+        "shared_bytes": int(k.metadata.shared),
+        "num_warps": int(k.metadata.num_warps),
+    }
