@@ -19,7 +19,7 @@ from . import _compat
 
 if is_interpreter():
     _compat.apply()  # Triton 3.6's interpreter under NumPy >= 2.4
-from . import aot, bench, check, ops
+from . import aot, bench, check, exercises, ops
 from .ops.dropout import dropout
 from .ops.flash_attention import flash_attention
 from .ops.layer_norm import layer_norm
@@ -40,6 +40,7 @@ __all__ = [
     "check",
     "device",
     "dropout",
+    "exercises",
     "flash_attention",
     "get_runtime",
     "is_gpu",
