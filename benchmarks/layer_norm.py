@@ -158,7 +158,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 
 #: Forward (rows per program, num_warps) by padded width; the first is the default.
 FWD_CANDIDATES = {
-    1024: [(4, 8), (2, 4), (4, 4), (8, 16)],
+    1024: [(2, 4), (4, 8), (4, 4), (8, 16)],
     2048: [(2, 8), (1, 4), (4, 16)],
     4096: [(1, 8), (1, 4), (1, 16)],
     8192: [(1, 16), (1, 8), (1, 32)],
@@ -168,10 +168,10 @@ FWD_CANDIDATES = {
 #: "chunked"; the first is the default.  Each fits its programs on an SM at once.
 BWD_CANDIDATES = {
     1024: [(2, 4, 4, 1), (1, 4, 4, 1), (4, 8, 2, 1), (8, 16, 1, 1)],
-    2048: [(1, 4, 4, 1), (1, 8, 2, 1), (2, 8, 2, 1)],
+    2048: [(2, 8, 2, 1), (1, 4, 4, 1), (1, 8, 2, 1)],
     4096: [(1, 8, 2, 1), (1, 16, 1, 1), (1, 8, 2, 2)],
     8192: [(1, 16, 1, 1), (1, 32, 1, 1), (1, 16, 1, 2)],
-    16384: [(1, 16, 1, 2), (1, 32, 1, 2), (1, 16, 1, 4), "chunked"],
+    16384: ["chunked", (1, 16, 1, 2), (1, 32, 1, 2), (1, 16, 1, 4)],
 }
 
 
@@ -228,8 +228,8 @@ def apply(best_fwd: dict, best_bwd: dict) -> None:
         return cfg if won is None or won == "chunked" else (cfg[0], *won)
 
     op._fwd_config, op._bwd_config = fwd_config, bwd_config
-    if best_bwd.get(16384) == "chunked":
-        op.BWD_CHUNKED_THRESHOLD = 8192
+    if 16384 in best_bwd:
+        op.BWD_CHUNKED_THRESHOLD = 8192 if best_bwd[16384] == "chunked" else 16384
     op._FAST.clear()
 
 

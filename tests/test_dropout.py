@@ -218,6 +218,20 @@ def test_wrong_device():
         dropout(torch.empty(4, device=other), 0.5)
 
 
+def test_repeat_calls_follow_seed_and_p(device):
+    """On a GPU the second call of a kind takes the remembered launch, with its own
+    seed and p (small and large seeds are different integer widths)."""
+    import tilebook.ops.dropout as op
+
+    op._FAST.clear()
+    x = torch.ones(3 * GROUP + 11, device=device)
+    for seed, p in ((1, 0.5), (2, 0.5), (2**40, 0.25), (2**40 + 1, 0.75), (3, 1.0)):
+        y = dropout(x, p, seed=seed)
+        assert torch.equal(_keep_of(y), reference_keep(x.numel(), p, seed)), (seed, p)
+        if p < 1:
+            assert torch.all(y[y != 0] == torch.tensor(1 / (1 - p), device=device))
+
+
 def test_launch_configuration_does_not_change_the_mask(device):
     x = torch.randn(3 * GROUP + 5, device=device)
     want = launch_dropout(x, 0.5, 77)

@@ -380,6 +380,27 @@ def test_every_backward_path_agrees(device, n_cols):
         torch.testing.assert_close(db.double(), db64, atol=0.5, rtol=2e-2, msg=str(kw))
 
 
+def test_repeat_backward_calls(device):
+    """On a GPU (Triton 3.6) the second backward of a kind takes the remembered
+    launches; each must still be right, whichever gradients are asked for."""
+    from tilebook import _launch
+
+    op._BWD_FAST.clear()
+    x, w, b = _inputs((37, 300), torch.float16, device)
+    x, w, b = (t.requires_grad_() for t in (x, w, b))
+    y = layer_norm(x, w, b)
+    for _ in range(3):
+        dy = torch.randn_like(y)
+        got = torch.autograd.grad(y, (x, w, b), dy, retain_graph=True)
+        _, *want = _reference(x, w, b, dy)
+        for g, r in zip(got, want, strict=True):
+            torch.testing.assert_close(g.double(), r, atol=0.05, rtol=4e-3)
+    # Another kind: only the bias needs a gradient, so no dx and no dweight.
+    (db,) = torch.autograd.grad(layer_norm(x.detach(), w.detach(), b), (b,), dy)
+    torch.testing.assert_close(db.double(), want[2], atol=0.05, rtol=4e-3)
+    assert len(op._BWD_FAST) == (2 if _launch.direct_launch_enabled() else 0)
+
+
 def test_repeat_calls_agree_with_the_first(device):
     # On a GPU (Triton 3.6) the second call of a kind takes the remembered launch,
     # with its own eps; elsewhere nothing is remembered.  Every call must be right.
@@ -437,11 +458,13 @@ def _assert_clean(k, name):
     assert k.spill_loads_bytes == 0
 
 
-@pytest.mark.parametrize("n_cols", [1024, 8192, 16384])
-@pytest.mark.parametrize("kernel", ["fwd", "bwd"])
+@pytest.mark.parametrize(
+    ("kernel", "n_cols"),
+    [("fwd", 1024), ("fwd", 8192), ("fwd", 32768), ("bwd", 1024), ("bwd", 8192), ("split", 16384)],
+)
 def test_compiles_for_sm90_without_spills(kernel, n_cols):
-    """The whole-row kernels at their default settings (the backward at 16384 with
-    its column splits: without them it spills, see the module docstring)."""
+    """The whole-row kernels at their default settings up to their thresholds, and
+    the backward at 16384 with two column splits (without them it spills)."""
     flags = {"HAS_W": True}
     if kernel == "fwd":
         block_n, rows, warps = op._fwd_config(n_cols)
@@ -449,6 +472,8 @@ def test_compiles_for_sm90_without_spills(kernel, n_cols):
         constexprs = {"BLOCK_N": block_n, "ROWS": rows, **flags, "HAS_B": True}
     else:
         block_n, rows, warps, _, splits = op._bwd_config(n_cols)
+        if kernel == "split":
+            kernel, splits = "bwd", 2
         sig = {**_PTRS_BWD, **dict.fromkeys(_INTS_BWD, "i32")}
         constexprs = {"BLOCK_N": block_n, "ROWS": rows, "COL_SPLITS": splits, **flags}
         constexprs |= {"NEED_DW": True, "NEED_DB": True}

@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._launch import device_guard, launch
+from .._launch import device_guard, direct_launch_enabled, launch, launcher_for
 from ..validation import check_tensor
 
 __all__ = [
@@ -135,17 +135,60 @@ def launch_dropout(
     n = x.numel()
     if n == 0:
         return y
+    grid, meta = _plan(x, groups, num_warps)
+    with device_guard(x):
+        launch(dropout_kernel, grid, x, y, n, seed, _threshold_bits(p), _scale(p), **meta)
+    return y
+
+
+def _plan(x, groups=None, num_warps=None) -> tuple[tuple[int], dict]:
     def_groups, def_warps = _config(x)
     groups = groups or def_groups
-    warps = num_warps or def_warps
-    grid = (triton.cdiv(n, GROUP * groups),)
-    with device_guard(x):
-        launch(
-            dropout_kernel, grid,
-            x, y, n, seed, _threshold_bits(p), _scale(p),
-            SUB=SUB, GROUPS=groups, num_warps=warps,
-        )  # fmt: skip
+    meta = {"SUB": SUB, "GROUPS": groups, "num_warps": num_warps or def_warps}
+    return (-(-x.numel() // (GROUP * groups)),), meta
+
+
+# Host time.  Through autograd, the backward of a 16384 x 4096 bf16 dropout took
+# 150 us against the bare kernel's 98 (H100): the Python around the launch (a
+# Function's backward, Triton's launch key) outlasted do_bench's cache flush.  So a
+# launch of the default configuration keeps its direct launcher under the key of
+# what the kernel was specialised on (size, dtype, device, alignment, and the seed's
+# integer width: seed and threshold are not specialised on), and later ones with the
+# same key only allocate the output and launch.
+_FAST: dict[tuple, object] = {}
+_FAST_LIMIT = 1024
+
+
+def _apply(x: torch.Tensor, p: float, seed: int) -> torch.Tensor:
+    """:func:`launch_dropout` with the default configuration, remembered for repeats."""
+    key = (x.numel(), x.dtype, x.device, x.data_ptr() % 16 == 0, seed < 2**31)
+    run = _FAST.get(key)
+    if run is not None:
+        y = run(x, p, seed)
+        if y is not None:
+            return y
+    y = launch_dropout(x, p, seed)
+    if x.is_cuda and x.numel() and len(_FAST) < _FAST_LIMIT and direct_launch_enabled():
+        _remember(key, x, y, p, seed)
     return y
+
+
+def _remember(key, x, y, p, seed) -> None:
+    grid, meta = _plan(x)
+    n = x.numel()
+    found = launcher_for(dropout_kernel, (x, y, n, seed, _threshold_bits(p), _scale(p)), meta)
+    if found is None:
+        return
+    go, tail = found
+
+    def run(t: torch.Tensor, p: float, seed: int) -> torch.Tensor | None:
+        out = torch.empty_like(t)
+        if out.data_ptr() % 16:
+            return None
+        ok = go(grid, (t, out, n, seed, _threshold_bits(p), _scale(p), *tail))
+        return out if ok else None
+
+    _FAST[key] = run
 
 
 class DropoutFunction(torch.autograd.Function):
@@ -154,14 +197,14 @@ class DropoutFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, p: float, seed: int) -> torch.Tensor:
         ctx.p, ctx.seed = p, seed
-        return launch_dropout(x.contiguous(), p, seed)
+        return _apply(x.contiguous(), p, seed)
 
     @staticmethod
     def backward(ctx, dy: torch.Tensor):
         # Dropout is linear: its gradient is the same mask and scale applied to dy.
         # Elements are numbered by position in the shape, so dy's strides (the
         # expanded ones of .sum().backward(), say) only cost a copy.
-        return launch_dropout(dy.contiguous(), ctx.p, ctx.seed), None, None
+        return _apply(dy.contiguous(), ctx.p, ctx.seed), None, None
 
 
 def _check_p(p: object) -> float:
@@ -232,4 +275,4 @@ def dropout(
         )
     if x.requires_grad and _grad_enabled():
         return DropoutFunction.apply(x, p, seed)
-    return launch_dropout(x.contiguous(), p, seed)
+    return _apply(x.contiguous(), p, seed)
