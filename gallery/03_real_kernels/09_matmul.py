@@ -1,74 +1,64 @@
 """
-09. tiled_matmul: tiles, a K loop and the order of the programs
-===============================================================
+09. tiled_matmul: the K loop, program order, autotuning and the Hopper path
+===========================================================================
 
-A product of two 8192 x 8192 bf16 matrices is 1.1 TFLOP of arithmetic on 384 MB
-of data.  An H100's tensor cores could finish it in about 1.1 ms, but its memory
-delivers only 3.35 TB/s, and a kernel that fetched two operands from memory for
-every multiply-add would need several hundred times longer.  Everything that makes a
-matrix multiplication fast is about fetching each number once and using it many
-times: a program owns a whole tile of the output and walks the shared dimension
-in steps, the tiles are handed out in an order that lets neighbouring programs
-share what they fetch through the L2 cache, and on Hopper the copy engine (TMA)
-fetches the tiles while a persistent grid keeps every multiprocessor busy.
-
-This lesson builds that kernel, checks it against a float64 product, measures it
-against cuBLAS and then turns the knobs (tile shape, program order, kernel) to
-see which of them matter and by how much.
+Lesson 08's kernel held all of the inner dimension ``K`` in one block: fine for
+a layer with a hundred inputs, not for one with four thousand.  This lesson
+walks ``K`` in steps, with a float32 accumulator that stays in
+:term:`registers <register>` for the whole loop, then makes the kernel fast:
+it orders the programs so that neighbours share what they load through the
+:term:`L2` cache, lets ``triton.autotune`` pick the tile, and on Hopper lets
+the copy engine (:term:`TMA`) fetch the tiles for a grid of programs that stays
+resident.  Lesson 08's epilogue on top of it is :func:`tilebook.linear_act`.
 
 .. rubric:: You will learn
 
-- how a program computes a ``BLOCK_M x BLOCK_N`` tile of ``C = A @ B`` with a
-  loop over ``K`` and a float32 accumulator, and why the tile shape sets how
-  often each loaded number is reused;
-- how masks make the same kernel correct for any ``M``, ``N`` and ``K``, and
-  what ``EVEN_K`` saves when ``K`` divides evenly;
-- how grouped ("swizzled") program order turns the L2 cache into a second level
-  of reuse, with a model you can run on any machine and a measurement on a GPU;
-- how ``triton.autotune`` picks tile shape, warps and stages, and how pruning
-  keeps the search short;
-- what tensor descriptors (TMA) and a persistent grid change on Hopper, and how
-  to see it in the SASS of an ahead-of-time compile;
-- how close the result comes to cuBLAS, and which settings waste the GPU.
+- how a program computes a tile of ``C = A @ B`` with a loop over ``K``, and
+  why the tile shape sets how often each loaded number is used;
+- how masks make one kernel correct for any ``M``, ``N`` and ``K``;
+- how grouped program order turns the L2 cache into a second level of reuse,
+  with a model you can run anywhere and a measurement on a GPU;
+- how ``triton.autotune`` picks tile shape, :term:`warps <warp>` and stages,
+  and how pruning keeps the search short;
+- what tensor descriptors and a resident grid change on Hopper, in the
+  :term:`SASS` of an ahead-of-time compile, and how close it comes to cuBLAS.
 
-The finished kernels live in the package as :func:`tilebook.matmul` (source,
-configurations and launchers: :mod:`tilebook.ops.matmul`).
+The finished kernels live in the package as :func:`tilebook.matmul`
+(:mod:`tilebook.ops.matmul`).
 """
 
 # %%
 # Setting up
 # ----------
-# :mod:`tilebook` is imported first, so that it can choose between the GPU and
-# Triton's interpreter before Triton loads.  On a CPU every program of the grid
-# runs one after another in Python, so the matrices there are tens of rows, not
-# thousands.
+# :mod:`tilebook` comes first, to pick the GPU or the interpreter before Triton
+# loads.  The interpreter has no :term:`SMs <SM>`; like the package, it
+# pretends to have four, so that a resident grid still loops.
 
-import tilebook  # noqa: I001  (chooses GPU or interpreter before triton loads)
+import tilebook  # chooses GPU or interpreter before triton loads
 
-import time
-from concurrent.futures import ThreadPoolExecutor
-from functools import partial
+import functools
 
-import matplotlib.pyplot as plt
 import torch
 import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from tilebook.aot import compile_kernel
-from tilebook.bench import measure, record_or_measure
+from tilebook.aot import compile_many, instruction_table
+from tilebook.bench import compare, record_or_measure
 from tilebook.check import CorrectnessReport
+from tilebook.claims import Claims, speedup
+from tilebook.datasheet import fact
+from tilebook.experiments import linear_act as linear_experiment
+from tilebook.experiments import matmul as experiment
 from tilebook.ops import matmul as mm
-from tilebook.ops.matmul import _epilogue  # lesson 08: bias and activation in registers
-from tilebook.plots import PALETTE, house_style, plot_record
+from tilebook.ops.epilogue import epilogue
+from tilebook.prose import say
+from tilebook.tables import table
 from tilebook.widgets import SweepExplorer
 
 print(tilebook.banner())
 DEVICE = tilebook.device()
 torch.manual_seed(0)
-STARTED = time.monotonic()  # the GPU sweep at the end keeps the whole run short
-# Streaming multiprocessors: the real count on a GPU.  The interpreter has none; it
-# pretends to have 4, as the package does, so that a persistent grid loops.
 N_SM = 4
 if tilebook.is_gpu():
     N_SM = torch.cuda.get_device_properties(0).multi_processor_count
@@ -76,88 +66,57 @@ if tilebook.is_gpu():
 # %%
 # A tile and its K loop
 # ---------------------
-# Each entry of :math:`C = AB` is a dot product of a row of :math:`A` and a column
-# of :math:`B`.  A program that computed one entry would load :math:`2K` numbers
-# for :math:`2K` floating-point operations: one FLOP per number, hopeless on a
-# machine that does about 295 bf16 FLOPs in the time it reads one byte from HBM
-# (989 TFLOP/s against 3.35 TB/s on an H100 SXM).
-#
-# So one program owns a ``BLOCK_M x BLOCK_N`` tile of :math:`C`.  It walks along
-# :math:`K` in steps of ``BLOCK_K``: at each step it loads a ``BLOCK_M x BLOCK_K``
-# tile of :math:`A` and a ``BLOCK_K x BLOCK_N`` tile of :math:`B` and adds their
-# product to an accumulator that stays in registers for the whole loop:
+# One program owns a ``BLOCK_M x BLOCK_N`` tile of :math:`C` and walks along
+# ``K`` in steps of ``BLOCK_K``.  At each step it loads a ``BLOCK_M x BLOCK_K``
+# tile of :math:`A` and a ``BLOCK_K x BLOCK_N`` tile of :math:`B` and adds
+# their product to a float32 accumulator:
 #
 # .. math::
 #
-#    C_{\text{tile}} = \sum_{k=0}^{\lceil K / \texttt{BLOCK\_K} \rceil - 1}
-#        A_{\text{tile}}^{(k)} \, B_{\text{tile}}^{(k)} .
+#    C_\mathrm{tile} = \sum_{s=0}^{\lceil K / B_K \rceil - 1}
+#        A_\mathrm{tile}^{(s)} \, B_\mathrm{tile}^{(s)} .
 #
-# Per step that is :math:`2\,\texttt{BLOCK\_M}\,\texttt{BLOCK\_N}\,\texttt{BLOCK\_K}`
-# FLOPs for :math:`(\texttt{BLOCK\_M} + \texttt{BLOCK\_N})\,\texttt{BLOCK\_K}`
-# loaded elements: every element of the ``A`` tile is used ``BLOCK_N`` times and
-# every element of the ``B`` tile ``BLOCK_M`` times.  Summed over all programs,
-# the bytes loaded are :math:`MNK\,e\,(1/\texttt{BLOCK\_M} + 1/\texttt{BLOCK\_N})`
-# for elements of :math:`e` bytes: bigger tiles, less traffic.  ``BLOCK_K`` does
-# not appear; it only sets how much each step loads at once (and ``tl.dot`` wants
-# at least 16).
-#
-# The ceiling on the tile is the accumulator: ``BLOCK_M * BLOCK_N`` float32 values
-# spread over the program's threads, next to everything else the program holds.
-# A thread may have 255 registers.
+# A step does :math:`2 B_M B_N B_K` operations on :math:`(B_M + B_N) B_K`
+# loaded elements: each element of the ``A`` tile is used ``BLOCK_N`` times,
+# each of the ``B`` tile ``BLOCK_M`` times.  ``BLOCK_K`` cancels; larger tiles
+# in ``M`` and ``N`` load fewer bytes per operation, up to what the
+# accumulator (``BLOCK_M * BLOCK_N`` float32 values over the program's threads)
+# allows.  An H100 does :datasheet:`h100.bf16_dense` against
+# :datasheet:`h100.hbm_bandwidth` of :term:`HBM`:
 
 
 def flops_per_byte(bm: int, bn: int, elem: int = 2) -> float:
-    """FLOPs a program does per byte it loads, for a BLOCK_M x BLOCK_N tile."""
+    """Operations a program does per byte it loads, for a BLOCK_M x BLOCK_N tile."""
     return 2 * bm * bn / ((bm + bn) * elem)
 
 
-print(f"{'tile':>9} {'FLOP per byte loaded':>21} {'accumulator registers/thread':>30}")
-for bm, bn, warps in [(16, 16, 1), (32, 32, 4), (64, 64, 4), (128, 128, 8),
-                      (128, 256, 8), (256, 256, 8)]:  # fmt: skip
-    regs = bm * bn // (32 * warps)
-    print(f"{bm:>4}x{bn:<4} {flops_per_byte(bm, bn):>21.1f} {regs:>16} ({warps} warps)")
+say(
+    "A 128 x 256 tile does {tile:.0f} operations per bf16 byte it loads; the H100 "
+    "does {balance:.0f} in the time its HBM delivers one byte.",
+    tile=flops_per_byte(128, 256),
+    balance=fact("h100.bf16_dense").value / fact("h100.hbm_bandwidth").value,
+)
 
 # %%
-# Even a 128 x 256 tile does only 85 FLOPs per byte it loads, well short of the
-# 295 that the tensor cores need per byte of HBM traffic: if every load went to
-# HBM, the kernel would run at under a third of its peak.  The rest has to come
-# from caches: the programs that run at the same time load many of the same
-# tiles, and when one of them has brought a tile into the 50 MB L2 cache, the
-# others find it there.  How much they share depends on which tiles run
-# together, and that is the next topic.  And 256 x 256 would need 256 registers
-# per thread for the accumulator alone, more than a thread may have: 128 x 256
-# with 8 warps (two *warpgroups* of four, the unit in which a Hopper tensor core
-# instruction works) is as large as a tile gets.
+# Even a large tile loads more than HBM alone could feed: the rest must come
+# from caches, and that depends on which programs run together.
 #
 # Which program computes which tile
 # ---------------------------------
-# The grid is one-dimensional: ``num_m * num_n`` programs for ``num_m`` rows and
-# ``num_n`` columns of tiles.  The GPU starts programs roughly in the order of
-# their id, as many at once as fit on its multiprocessors (a *wave*), and starts
-# the next one whenever one finishes.  The function that turns an id into tile
-# coordinates therefore decides which tiles are computed together.
-#
-# The obvious choice is row-major: ``pid_m = pid // num_n``, ``pid_n = pid %
-# num_n``.  A wave then covers a few rows of tiles completely: it needs a few
-# row-panels of ``A`` but *every* column-panel of ``B``.  Grouped order walks
-# *down* ``GROUP_M`` rows of tiles before it moves one column to the right, so a
-# wave covers a squarer patch of ``C`` and needs fewer panels in all.  This is
-# the package's function, used by both kernels below:
-#
-# ``tile``
-#     The tile's number in launch order (the program id, or the loop counter of
-#     a persistent program).
-# ``num_m``, ``num_n``
-#     Rows and columns of tiles: ``cdiv(M, BLOCK_M)`` and ``cdiv(N, BLOCK_N)``.
-# ``GROUP_M: tl.constexpr``
-#     Rows of tiles per group; 1 gives row-major order.  The last group may have
-#     fewer rows (``rows``) when ``GROUP_M`` does not divide ``num_m``.
+# The grid is one-dimensional, one program per tile, and the GPU starts them
+# roughly in order of their id, as many at once as fit (a *wave*).  Row-major
+# order (``pid // num_n``, ``pid % num_n``) gives a wave a few whole rows of
+# tiles: a few row-panels of ``A`` but every column-panel of ``B``.  Grouped
+# order walks *down* ``GROUP_M`` rows of tiles before it moves right, so a wave
+# covers a squarer patch of ``C`` and needs fewer panels.  This is the
+# package's function; ``GROUP_M = 1`` is row-major order, and the last group
+# has fewer rows when ``GROUP_M`` does not divide ``num_m``.
 
 
 @triton.jit
-def _tile_coords(tile, num_m, num_n, GROUP_M: tl.constexpr):
-    # Consecutive tiles walk down GROUP_M rows of tiles before moving right, so the
-    # programs in flight at once share rows of A and columns of B in L2.
+def tile_coords(tile, num_m, num_n, GROUP_M: tl.constexpr):
+    # Consecutive tiles walk down GROUP_M rows of tiles before moving right, so
+    # the programs in flight at once share rows of A and columns of B in L2.
     per_group = GROUP_M * num_n
     first_m = (tile // per_group) * GROUP_M
     rows = tl.minimum(num_m - first_m, GROUP_M)
@@ -167,200 +126,20 @@ def _tile_coords(tile, num_m, num_n, GROUP_M: tl.constexpr):
 
 
 # %%
-# The same arithmetic in plain Python lets us reason about the order on any
-# machine.  To be sure it *is* the same, a tiny kernel stores what
-# ``_tile_coords`` returns for every program, on a grid of 8 x 12 tiles with a
-# group size that divides 8 and one that does not:
-
-
-def tile_coords(tile: int, num_m: int, num_n: int, group_m: int) -> tuple[int, int]:
-    """``_tile_coords`` in plain Python: (row, column) of tile number ``tile``."""
-    per_group = group_m * num_n
-    first_m = (tile // per_group) * group_m
-    rows = min(num_m - first_m, group_m)
-    return first_m + (tile % per_group) % rows, (tile % per_group) // rows
+# The kernel
+# ----------
+# Lesson 08's kernel with a loop over ``K``.  New arguments: six strides, two
+# per matrix (elements between neighbours along each dimension), so that the
+# kernel reads a transposed view in place (``b.t()`` swaps ``stride_bk`` and
+# ``stride_bn``), and ``GROUP_M``.  Rows past ``M``, columns past ``N`` and on
+# the last step the elements past ``K`` load as zeros and add nothing.
 
 
 @triton.jit
-def tile_map_kernel(out_ptr, num_m, num_n, GROUP_M: tl.constexpr):
-    pid = tl.program_id(axis=0)
-    pid_m, pid_n = _tile_coords(pid, num_m, num_n, GROUP_M)
-    tl.store(out_ptr + 2 * pid, pid_m)
-    tl.store(out_ptr + 2 * pid + 1, pid_n)
-
-
-MAP_M, MAP_N = 8, 12
-for group in (1, 3, 4):
-    out = torch.empty(MAP_M * MAP_N, 2, dtype=torch.int32, device=DEVICE)
-    tile_map_kernel[(MAP_M * MAP_N,)](out, MAP_M, MAP_N, GROUP_M=group)
-    model = [tile_coords(t, MAP_M, MAP_N, group) for t in range(MAP_M * MAP_N)]
-    assert out.tolist() == [list(rc) for rc in model], group
-    assert sorted(model) == [(m, n) for m in range(MAP_M) for n in range(MAP_N)]
-    print(f"GROUP_M={group}: kernel and Python agree; every tile exactly once; "
-          f"first 8 tiles {model[:8]}")  # fmt: skip
-
-# %%
-# Here are the two orders on that 8 x 12 grid, with a wave of 20 programs (the
-# framed tiles).  The shaded margins are the row-panels of ``A`` and the
-# column-panels of ``B`` that the first wave needs.
-
-WAVE_DEMO = 20
-
-
-def draw_order(ax, group_m: int, wave: int = WAVE_DEMO) -> None:
-    order = torch.zeros(MAP_M, MAP_N)
-    for t in range(MAP_M * MAP_N):
-        m, n = tile_coords(t, MAP_M, MAP_N, group_m)
-        order[m, n] = t
-    ax.imshow(order, cmap="Blues_r", extent=(0, MAP_N, MAP_M, 0), vmin=-30)
-    rows_needed, cols_needed = set(), set()
-    for t in range(wave):
-        m, n = tile_coords(t, MAP_M, MAP_N, group_m)
-        rows_needed.add(m)
-        cols_needed.add(n)
-        ax.add_patch(plt.Rectangle((n, m), 1, 1, fill=False, lw=2, ec="#D55E00"))
-    for m in range(MAP_M):
-        for n in range(MAP_N):
-            colour = "white" if order[m, n] < 40 else "black"
-            ax.text(n + 0.5, m + 0.5, f"{int(order[m, n])}", ha="center", va="center",
-                    fontsize=7, color=colour)  # fmt: skip
-    for m in rows_needed:
-        ax.add_patch(plt.Rectangle((-0.9, m), 0.7, 1, color="#E69F00", clip_on=False))
-    for n in cols_needed:
-        ax.add_patch(plt.Rectangle((n, -0.9), 1, 0.7, color="#009E73", clip_on=False))
-    name = "row-major (GROUP_M=1)" if group_m == 1 else f"grouped, GROUP_M={group_m}"
-    ax.set_title(f"{name}\nfirst {wave} programs: {len(rows_needed)} A panels + "
-                 f"{len(cols_needed)} B panels", fontsize=9)  # fmt: skip
-    ax.set_xlim(-1, MAP_N)
-    ax.set_ylim(MAP_M, -1)
-    ax.set_axis_off()
-
-
-with house_style():
-    fig, axes = plt.subplots(1, 2, figsize=(9, 4.2))
-    for ax, group in zip(axes, (1, 4), strict=True):
-        draw_order(ax, group)
-    key = ("numbers: launch order;  framed: the first wave;  orange: the row-panels "
-           "of A it needs;  green: the column-panels of B")  # fmt: skip
-    fig.text(0.5, 0.02, key, ha="center", fontsize=8)
-    fig.subplots_adjust(left=0.03, right=0.99, top=0.86, bottom=0.08, wspace=0.08)
-
-# %%
-# Row-major, the first 20 programs need 2 row-panels of ``A`` and all 12
-# column-panels of ``B``: 14 panels.  Grouped by 4, they need 4 + 5 = 9 for the
-# same 20 tiles of output.
-#
-# A model of L2 reuse
-# -------------------
-# The same count, done for a whole product, gives a model of the traffic.  Its
-# assumption: the programs of a wave move along ``K`` together, so that a tile
-# fetched by one of them is found in L2 by the others.  Then at each step of the
-# ``K`` loop a wave of ``W`` programs *asks* for ``2W`` tiles (what every program
-# loads, from L2 or further) but HBM has to deliver only the *distinct* ones.
-# Summed over all waves and steps:
-#
-# - ``requested``: bytes the programs load, :math:`MNK\,e\,(1/\texttt{BLOCK\_M}
-#   + 1/\texttt{BLOCK\_N})`; only the tile shape changes it;
-# - ``hbm``: bytes of the distinct panels each wave touches; the order changes it;
-# - ``reuse``: ``requested / hbm``, how many programs share each byte fetched.
-#
-# Real programs drift apart along ``K`` and the L2 is finite, so the model is a
-# best case for each order; the measurement further down says what it is worth.
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def l2_model(M, N, K, bm, bn, group_m, wave, elem=2) -> dict:
-    """Tiles and bytes for C = A @ B done in waves of ``wave`` consecutive tiles."""
-    num_m, num_n = cdiv(M, bm), cdiv(N, bn)
-    tiles = num_m * num_n
-    hbm, first = 0, None
-    for start in range(0, tiles, wave):
-        rows, cols = set(), set()
-        for t in range(start, min(start + wave, tiles)):
-            m, n = tile_coords(t, num_m, num_n, group_m)
-            rows.add(m)
-            cols.add(n)
-        first = first or (len(rows), len(cols))
-        hbm += (len(rows) * bm + len(cols) * bn) * K * elem
-    requested = tiles * (bm + bn) * K * elem
-    return {
-        "tiles": tiles,
-        "waves": tiles / wave,
-        "a_tiles": first[0],  # distinct A tiles per K step, first wave
-        "b_tiles": first[1],  # distinct B tiles per K step, first wave
-        "requested": requested,
-        "hbm": hbm,
-        "reuse": requested / hbm,
-    }
-
-
-demo = {g: l2_model(8 * 64, 12 * 64, 4096, 64, 64, g, WAVE_DEMO) for g in (1, 4)}
-for g, r in demo.items():
-    print(f"GROUP_M={g}: first wave {r['a_tiles']} A + {r['b_tiles']} B tiles per "
-          f"step, {r['requested'] / 2**20:.0f} MiB requested, "
-          f"{r['hbm'] / 2**20:.0f} MiB from HBM, reuse {r['reuse']:.1f}x")  # fmt: skip
-
-# %%
-# The pointer kernel
-# ------------------
-# Now the kernel itself, as :func:`tilebook.matmul` runs it for any layout and
-# dtype.  Its arguments:
-#
-# ``a_ptr``, ``b_ptr``, ``c_ptr``
-#     The three matrices, as pointers to their first elements.  Their element
-#     types come from the tensors; the store casts the float32 accumulator to
-#     ``c_ptr.dtype.element_ty``.
-# ``bias_ptr``
-#     Lesson 08's fused bias.  :func:`tilebook.matmul` passes ``HAS_BIAS=False``
-#     and any tensor here, which the kernel then never reads.
-# ``M``, ``N``, ``K``
-#     The problem: ``A`` is ``M x K``, ``B`` is ``K x N``.  Plain integers, so one
-#     binary serves every size (Triton still specialises on whether each is a
-#     multiple of 16, which lets it vectorise).
-# ``stride_am`` ... ``stride_cn``
-#     Six strides, two per matrix (``stride_am``, ``stride_ak`` for ``A``, and so
-#     on): elements between neighbours along each dimension.  With strides the same
-#     kernel reads a transposed or sliced view in place: ``b.t()`` just swaps
-#     ``stride_bk`` and ``stride_bn``.  A stride equal to 1 is specialised too, so
-#     the common row-major case gets contiguous, vectorised loads.
-# ``BLOCK_M``, ``BLOCK_N``, ``BLOCK_K: tl.constexpr``
-#     The tile shape, from the autotuner.  ``tl.static_assert`` refuses a
-#     ``BLOCK_K`` below 16 at compile time, since ``tl.dot`` cannot use it.
-# ``GROUP_M: tl.constexpr``
-#     The program order, as above.
-# ``HAS_BIAS``, ``ACTIVATION: tl.constexpr``
-#     Lesson 08's epilogue.  ``_epilogue`` (imported from the package above)
-#     adds the bias and applies the activation to the accumulator in registers;
-#     with ``False`` and ``"none"`` it compiles to nothing.
-# ``EVEN_K: tl.constexpr``
-#     True when ``BLOCK_K`` divides ``K``.  Then no ``K`` step runs past the end
-#     and the loads need only the row and column masks.
-# ``INT64: tl.constexpr``
-#     Offsets are 32-bit unless a tensor spans more than ``2**31 - 1`` elements;
-#     the launcher switches to 64-bit offsets only then.
-#
-# Inside: ``offs_m`` and ``offs_n`` are the rows and columns of ``C`` this
-# program owns; broadcasting them against ``offs_k`` (``[:, None]`` and
-# ``[None, :]``) times the strides gives a 2-D tile of pointers for each operand.
-# Rows past ``M`` and columns past ``N`` are masked; masked elements load as 0,
-# so they add nothing to the dot products.  In the ``K`` loop, ``tl.dot(a, b,
-# acc)`` multiplies the two tiles on the tensor cores and adds into the float32
-# accumulator: bf16 or fp16 inputs, fp32 sums, so a long ``K`` does not lose the
-# small terms (lesson 05 measures what a 16-bit accumulator costs).  Then the
-# pointers advance by one ``K`` step.  The last ``K`` step of a ragged ``K``
-# masks the columns of ``A`` and rows of ``B`` past the end, again with zeros.
-# After the loop, one masked store writes the tile.
-
-
-@triton.jit
-def matmul_kernel(
+def tiled_matmul_kernel(
     a_ptr,  # (M, K), any strides
     b_ptr,  # (K, N), any strides
-    c_ptr,  # (M, N) output, any strides
-    bias_ptr,  # (N,) contiguous, or anything when HAS_BIAS is False
+    c_ptr,  # (M, N), any strides
     M,
     N,
     K,
@@ -373,220 +152,311 @@ def matmul_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    ACTIVATION: tl.constexpr,  # one of ACTIVATIONS
-    EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no mask along K
-    INT64: tl.constexpr,  # element offsets may pass 2**31 - 1
+    GROUP_M: tl.constexpr,  # 1: row-major order
 ):
-    tl.static_assert(BLOCK_K >= 16, "tl.dot needs K tiles of at least 16")
-    pid = tl.program_id(axis=0)
-    pid_m, pid_n = _tile_coords(pid, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+    pid = tl.program_id(0)
+    pid_m, pid_n = tile_coords(pid, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
-    if INT64:
-        offs_m = offs_m.to(tl.int64)
-        offs_n = offs_n.to(tl.int64)
-    # Masks rather than clamped indices: a clamped index breaks the contiguity that
-    # vectorised loads need when M or N is the unit-stride dimension.
-    mask_m = offs_m[:, None] < M
-    mask_n = offs_n[None, :] < N
+    m_ok, n_ok = offs_m[:, None] < M, offs_n[None, :] < N
     a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
     b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
-
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(tl.cdiv(K, BLOCK_K)):
-        if EVEN_K:
-            a = tl.load(a_ptrs, mask=mask_m, other=0.0)
-            b = tl.load(b_ptrs, mask=mask_n, other=0.0)
-        else:
-            k_left = K - k * BLOCK_K
-            a = tl.load(a_ptrs, mask=mask_m & (offs_k[None, :] < k_left), other=0.0)
-            b = tl.load(b_ptrs, mask=mask_n & (offs_k[:, None] < k_left), other=0.0)
-        acc = tl.dot(a, b, acc)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # in registers throughout
+    for k0 in range(0, K, BLOCK_K):
+        k_ok = offs_k < K - k0
+        a = tl.load(a_ptrs, mask=m_ok & k_ok[None, :], other=0.0)
+        b = tl.load(b_ptrs, mask=k_ok[:, None] & n_ok, other=0.0)
+        acc = tl.dot(a, b, acc)  # acc += a @ b on the tensor cores
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
-
-    acc = _epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
     c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask_m & mask_n)
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=m_ok & n_ok)
 
 
 # %%
-# Launching it with one configuration
-# -----------------------------------
-# A configuration is a :class:`triton.Config`: values for the tile constants plus
-# the launch options ``num_warps`` (threads per program, in warps of 32) and
-# ``num_stages`` (how many ``K`` steps the compiler keeps in flight: it turns the
-# loop into a pipeline that loads step ``k + stages - 1`` into shared memory while
-# the tensor cores work on step ``k``).  The grid is one program per tile.  The
-# package's first configuration is the default: 128 x 256 x 64 tiles on a GPU,
-# 32 x 32 x 32 in the interpreter.
+# A launch takes a :class:`triton.Config`: the tile constants, the warps
+# (``num_warps``) and ``num_stages``, how many ``K`` steps the compiler keeps in
+# flight (it turns the loop into a pipeline that loads step ``s + stages - 1``
+# into :term:`shared memory` while the tensor cores work on step ``s``).  The
+# default is the package's first configuration that fits the element size
+# (:func:`tilebook.ops.matmul.prune_configs`, below).
 
 
-def matmul_ptr(a, b, cfg: triton.Config = mm.PTR_CONFIGS[0]) -> torch.Tensor:
-    """C = A @ B with the pointer kernel and one fixed configuration."""
-    M, K = a.shape
-    N = b.shape[1]
-    c = torch.empty((M, N), dtype=a.dtype, device=a.device)
-    kw = cfg.kwargs  # BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def matmul(a, b, cfg=None):
+    """C = A @ B by the lesson's kernel, with one configuration."""
+    (M, K), N = a.shape, b.shape[1]
+    cfg = cfg or mm.prune_configs(mm.PTR_CONFIGS, 4096, 4096, 4096, a.element_size())[0]
+    c = torch.empty(M, N, dtype=a.dtype, device=a.device)
+    kw, strides = cfg.kwargs, (*a.stride(), *b.stride(), *c.stride())
     grid = (cdiv(M, kw["BLOCK_M"]) * cdiv(N, kw["BLOCK_N"]),)
-    matmul_kernel[grid](
-        a, b, c, c, M, N, K, *a.stride(), *b.stride(), *c.stride(),
-        **kw, HAS_BIAS=False, ACTIVATION="none", EVEN_K=K % kw["BLOCK_K"] == 0,
-        INT64=False, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )  # fmt: skip
+    opts = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+    tiled_matmul_kernel[grid](a, b, c, M, N, K, *strides, **kw, **opts)
     return c
 
 
-print("the first configuration:", mm.PTR_CONFIGS[0])
-a = torch.randn(37, 29, device=DEVICE, dtype=torch.float16)
-b = torch.randn(29, 53, device=DEVICE, dtype=torch.float16)
-exact = a.double() @ b.double()
-err = (matmul_ptr(a, b).double() - exact).abs().max().item()
-print(f"fp16, 37x53x29: max |matmul_ptr(a, b) - a @ b| = {err:.1e}")
-err = (matmul_ptr(a, b.t().contiguous().t()).double() - exact).abs().max().item()
-print(f"the same with b as a transposed view: {err:.1e}")
+# %%
+# Is it right?
+# ------------
+# Against the product in float64: a single element, ragged sizes, ``K``
+# shorter than one step and longer than several, and ``B`` as the transpose of
+# a stored ``(N, K)`` matrix.  On a GPU, where each new shape compiles, the
+# check runs in bf16 (float32 would run on the tensor cores as TF32, with 10
+# bits of mantissa); the interpreter gets bf16 wrong and checks float32 and
+# float16.
+
+BF16, FP32, FP16 = torch.bfloat16, torch.float32, torch.float16
+CASES = tilebook.pick(  # (M, N, K, dtype)
+    gpu=[(37, 53, 29, BF16), (1000, 600, 1100, BF16)],
+    cpu=[
+        (*s, t) for t in (FP32, FP16) for s in [(1, 1, 1), (37, 53, 29), (70, 72, 130)]
+    ],
+)
+report = CorrectnessReport("tiled matmul vs float64")
+for m, n, k, dtype in CASES:
+    a, b = experiment.operands(m, n, k, dtype, DEVICE)
+    bt = torch.randn(n, k, device=DEVICE, dtype=dtype).t()  # strides (1, K)
+    report.check(f"{m}x{n}x{k}", matmul(a, b), a.double() @ b.double())
+    report.check(f"{m}x{n}x{k}, w.t()", matmul(a, bt), a.double() @ bt.double())
+report.assert_ok()
 
 # %%
-# Autotuning: tile shape, warps and stages
-# ----------------------------------------
-# Which configuration is fastest depends on the GPU, the dtype and the shape, and
-# the honest way to find out is to time them.  ``triton.autotune`` does that: on
-# the first call for each value of its ``key`` it runs every configuration, keeps
-# the fastest and reuses it for later calls with the same key.  Two helpers keep
-# that affordable:
-#
-# - ``triton.heuristics`` computes ``EVEN_K`` from the arguments and whichever
-#   ``BLOCK_K`` is being tried, so the caller need not;
-# - ``prune_configs_by={"early_config_prune": ...}`` throws out configurations
-#   before they are compiled.  The package's pruner drops those whose pipeline
-#   does not fit in shared memory (``stages * (BLOCK_M + BLOCK_N) * BLOCK_K``
-#   elements, against about 220 KB on an H100) and gives small problems one
-#   128 x 128 configuration, since timing six would take longer than it saves.
-#
-# Here are the package's GPU configurations, what their pipeline needs and what
-# survives pruning for three problems:
-
-SMEM_BUDGET = 220 * 1024  # bytes of shared memory a program may use on an H100
+# A model of L2 reuse
+# -------------------
+# The order's effect can be counted on any machine, with ``grouped_order``,
+# ``tile_coords`` in plain Python.  Assume the programs of a wave move along
+# ``K`` together, so a tile fetched by one is found in L2 by the others.  At
+# each step a wave of ``W`` programs *requests* ``2W`` tiles, but HBM delivers
+# only the *distinct* ones.  Summed over waves and steps, the ``requested``
+# bytes depend on the tile shape only, the ``hbm`` bytes on the order too; the
+# ratio is the ``reuse``.  Real programs drift apart and L2 is finite: the
+# model is a best case.
 
 
-def pipeline_bytes(cfg: triton.Config, elem: int) -> int:
-    kw = cfg.kwargs
-    return cfg.num_stages * (kw["BLOCK_M"] + kw["BLOCK_N"]) * kw["BLOCK_K"] * elem
+def grouped_order(tile: int, num_m: int, num_n: int, group_m: int) -> tuple[int, int]:
+    per_group = group_m * num_n
+    first_m = (tile // per_group) * group_m
+    rows = min(num_m - first_m, group_m)
+    return first_m + (tile % per_group) % rows, (tile % per_group) // rows
 
 
-def describe(cfg: triton.Config) -> str:
-    kw = cfg.kwargs
-    return (f"{kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']} "
-            f"w{cfg.num_warps} s{cfg.num_stages}")  # fmt: skip
+def l2_model(M, N, K, bm, bn, group_m, wave, elem=2) -> dict:
+    """Bytes requested and fetched from HBM when C = A @ B runs in waves."""
+    num_m, num_n = cdiv(M, bm), cdiv(N, bn)
+    tiles, hbm = num_m * num_n, 0
+    for start in range(0, tiles, wave):
+        wave_tiles = range(start, min(start + wave, tiles))
+        rows, cols = zip(
+            *(grouped_order(t, num_m, num_n, group_m) for t in wave_tiles), strict=True
+        )
+        hbm += (len(set(rows)) * bm + len(set(cols)) * bn) * K * elem
+    requested = tiles * (bm + bn) * K * elem
+    return {"requested": requested, "hbm": hbm, "reuse": requested / hbm}
 
-
-print(f"{'config':<20} {'bf16 KB':>8} {'fp32 KB':>8}  fits fp32?")
-for cfg in mm.GPU_PTR_CONFIGS:
-    bf16, fp32 = pipeline_bytes(cfg, 2), pipeline_bytes(cfg, 4)
-    assert (fp32 <= SMEM_BUDGET) == mm._fits(cfg, 4)  # the package's own rule
-    print(f"{describe(cfg):<20} {bf16 // 1024:>8} {fp32 // 1024:>8}  "
-          f"{'yes' if fp32 <= SMEM_BUDGET else 'no'}")  # fmt: skip
-for n, elem in [(8192, 2), (8192, 4), (512, 2)]:
-    kept = mm._prune(mm.GPU_PTR_CONFIGS, n, n, n, elem)
-    print(f"{n}^3, {elem}-byte elements: tries {[describe(c) for c in kept]}")
 
 # %%
-# The autotuned kernel is the plain kernel wrapped twice.  ``key`` lists the
-# arguments whose values start a new search: here the problem size.  (On a CPU
-# the package's list holds the one interpreter configuration, and nothing is
-# timed.)
+# Program order and tile shape, measured
+# --------------------------------------
+# The sweep runs the lesson's kernel at ``SIZE`` cubed in bf16 for three tiles
+# and both orders, each launch fixed (``SWEEP``: tile, warps, stages), all
+# timed against each other in interleaved rounds.  The model's wave is the SMs
+# times the programs whose pipelines fit in one SM's shared memory.
 
-even_k = triton.heuristics({"EVEN_K": lambda args: args["K"] % args["BLOCK_K"] == 0})
-tuned_matmul_kernel = triton.autotune(
+SIZE = 8192
+SWEEP = {  # tile: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages)
+    "64x64": (64, 64, 64, 4, 4),
+    "128x128": (128, 128, 64, 8, 4),
+    "128x256": (128, 256, 64, 8, 3),
+}
+ORDERS = {"row-major": 1, "grouped": 8}
+
+
+def sweep_config(tile, group):
+    bm, bn, bk, warps, stages = SWEEP[tile]
+    kw = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group}
+    return triton.Config(kw, num_warps=warps, num_stages=stages)
+
+
+def model(tile, group, sms):
+    bm, bn, bk, _, stages = SWEEP[tile]
+    per_sm = fact("h100.smem_per_sm").value * 1024 // ((bm + bn) * bk * 2 * stages)
+    return l2_model(SIZE, SIZE, SIZE, bm, bn, group, int(sms * per_sm))
+
+
+def order_sweep():
+    a, b = experiment.operands(SIZE, SIZE, SIZE)
+    ref = a[:256].double() @ b.double()
+    fns = {}
+    for tile in SWEEP:
+        for order, group in ORDERS.items():
+            fn = functools.partial(matmul, a, b, sweep_config(tile, group))
+            err = ((fn()[:256].double() - ref).norm() / ref.norm()).item()
+            assert err < 1e-2, (tile, order, err)
+            fns[tile, order] = fn
+    rows = compare({f"{t}, {o}": f for (t, o), f in fns.items()}, flops=2 * SIZE**3)
+    for row, (tile, order) in zip(rows, fns, strict=True):
+        row.update(tile=tile, order=order)
+    return rows
+
+
+sweep = record_or_measure(
+    "lesson09_order", "matmul 8192 cubed, bf16: tile, order", order_sweep
+)
+
+# %%
+# The widget holds the sweep; under the measured TFLOP/s, the model's account
+# of the same setting.
+
+
+def described(row, sms):
+    r = model(row["tile"], ORDERS[row["order"]], sms)
+    text = f"model: {r['requested'] / 1e9:.1f} GB requested, {r['hbm'] / 1e9:.2f} "
+    why = "each loaded byte feeds few operations" if row["tile"] == "64x64" else ""
+    return {**row, "model": text + f"from HBM (reuse {r['reuse']:.1f})", "why": why}
+
+
+if sweep is not None:
+    sms = sweep.provenance.get("sm_count", N_SM)
+    widget = SweepExplorer(
+        [described(r, sms) for r in sweep.rows],
+        knobs=["tile", "order"],
+        metric="tflops",
+        unit="TFLOP/s",
+        labels={"tile": "BLOCK_M x BLOCK_N"},
+        order={"tile": list(SWEEP), "order": list(ORDERS)},
+        title="matmul 8192 cubed, bf16: tile shape and program order",
+        caption=sweep.caption(),
+        initial={"tile": "128x256", "order": "grouped"},
+        extra="model",
+        note="why",
+    )
+else:
+    widget = "No committed GPU record of the order sweep yet: nothing to show."
+widget
+
+# %%
+# The small tile requests the most bytes by far, and the model says grouping
+# cuts what HBM must deliver for every tile.  What the measurement says:
+
+
+def verdict(s):
+    return "faster than" if s.faster else "slower than" if s.slower else "tied with"
+
+
+claims = Claims("09 matmul", sweep)
+if sweep is not None:
+    by = {(r["tile"], r["order"]): r for r in sweep.rows}
+    for order in ORDERS:
+        slowest = min(SWEEP, key=lambda t, o=order: by[t, o]["tflops"])
+        claims.check(f"{order}: the 64x64 tiles are the slowest", slowest == "64x64")
+    found = []
+    for tile in SWEEP:
+        s = speedup(by[tile, "grouped"], by[tile, "row-major"])
+        ev = s.evidence("grouped", "row-major")
+        found.append(f"{tile}, grouped is {verdict(s)} row-major ({ev})")
+    shown = say("With {found}.", found="; with ".join(found))
+else:
+    shown = say("There is no record to read.")
+shown
+
+# %%
+claims
+
+# %%
+# Where grouping ties, HBM was not the limit at that setting (the tensor cores
+# or the copies into shared memory were), or the wave's programs drifted apart
+# along ``K`` and some of the sharing the model counts never happened.
+#
+# Autotuning
+# ----------
+# Which configuration wins depends on the GPU, the dtype and the shape.
+# ``triton.autotune`` times a list of them on the first call for each value of
+# ``key`` and keeps the fastest.  ``prune_configs_by`` drops some before they
+# compile: the package's pruner keeps those whose pipeline fits in shared
+# memory (float32 doubles every tile) and gives a small problem only the first,
+# since timing the rest would cost more than it saves.
+
+tried = {
+    name: len(mm.prune_configs(mm.GPU_PTR_CONFIGS, n, n, n, elem))
+    for name, n, elem in [("big16", 8192, 2), ("big32", 8192, 4), ("small", 512, 2)]
+}
+say(
+    "Of the package's {total} pointer-kernel configurations it tries {big16} at 8192 "
+    "cubed in bf16, {big32} in float32 and {small} at 512 cubed.",
+    total=len(mm.GPU_PTR_CONFIGS),
+    **tried,
+)
+
+# %%
+# The autotuned kernel is the lesson's kernel wrapped.  This page does not run
+# the search at a large size (compiling and timing every configuration costs
+# more than the page's time budget): at a small size the pruner leaves one and
+# nothing is timed.
+
+
+def tile_of(cfg):
+    return "{BLOCK_M}x{BLOCK_N}x{BLOCK_K}".format(**cfg.kwargs) + f" w{cfg.num_warps}"
+
+
+def prune(configs, named_args, **kwargs):
+    M, N, K = named_args["M"], named_args["N"], named_args["K"]
+    return mm.prune_configs(configs, M, N, K, named_args["a_ptr"].element_size())
+
+
+tuned_kernel = triton.autotune(
     configs=mm.PTR_CONFIGS,
     key=["M", "N", "K"],
-    prune_configs_by={"early_config_prune": mm._prune_ptr},
-)(even_k(matmul_kernel))
+    prune_configs_by={"early_config_prune": prune},
+)(tiled_matmul_kernel)
+# bf16 on a GPU: the sweep compiled this configuration already.
+a, b = experiment.operands(256, 256, 256, tilebook.pick(gpu=BF16, cpu=FP16), DEVICE)
+c, exact = torch.empty_like(a), a.double() @ b.double()
 
 
-def matmul_tuned(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    M, K = a.shape
-    N = b.shape[1]
-    c = torch.empty((M, N), dtype=a.dtype, device=a.device)
-    grid = lambda meta: (cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"]),)
-    tuned_matmul_kernel[grid](
-        a, b, c, c, M, N, K, *a.stride(), *b.stride(), *c.stride(),
-        HAS_BIAS=False, ACTIVATION="none", INT64=False,
-    )  # fmt: skip
-    return c
+def grid(meta):
+    return (cdiv(256, meta["BLOCK_M"]) * cdiv(256, meta["BLOCK_N"]),)
 
 
-err = (matmul_tuned(a, b).double() - exact).abs().max().item()
-print(f"max |matmul_tuned(a, b) - a @ b| = {err:.1e}")
-print("the autotuner chose:", tuned_matmul_kernel.best_config)
+tuned_kernel[grid](a, b, c, 256, 256, 256, *a.stride(), *b.stride(), *c.stride())
+say(
+    "The autotuner ran {cfg}; the product is within {err:.1e} of float64.",
+    cfg=tile_of(tuned_kernel.best_config),
+    err=((c.double() - exact).norm() / exact.norm()).item(),
+)
 
 # %%
-# The Hopper path: tensor descriptors and a persistent grid
-# ---------------------------------------------------------
-# The pointer kernel makes every thread compute addresses and issue its own
-# loads, and the compiler turns them into ``cp.async`` copies into shared memory
-# (``LDGSTS`` in SASS).  Hopper has a copy engine, the Tensor Memory Accelerator,
-# that moves a whole tile with one instruction: a *tensor descriptor* tells it
-# the base address, shape, strides and tile shape of a matrix, and the kernel
-# then asks for "the tile at row ``r``, column ``c``".  The engine does the
-# address arithmetic, fills whatever lies past the edges with zeros (no masks),
-# and signals a barrier when the tile has arrived, so the threads' registers
-# and issue slots are left to the tensor cores.
+# The Hopper path: tensor descriptors and a resident grid
+# -------------------------------------------------------
+# The kernel above makes every thread compute addresses and issue its own
+# copies into shared memory.  Hopper's copy engine, the Tensor Memory
+# Accelerator, moves a whole tile with one instruction: a *tensor descriptor*
+# holds a matrix's base, shape, strides and tile shape, and the kernel asks for
+# "the tile at row ``r``, column ``c``" (``desc.load([r, c])``).  The engine
+# fills what lies past the edges with zeros, so no masks, and leaves the
+# threads to the tensor cores.  It wants rows aligned to 16 bytes: the package
+# takes this path for 16-bit operands that have them.
 #
-# The second change is the grid.  Instead of one program per tile, a
-# *persistent* grid starts as many programs as can run at once (one per SM by
-# default), and each one loops over tiles ``start, start + step, ...``.  The tiles
-# are still taken in the order of ``_tile_coords``, a wave at a time.  What it
-# buys: no program launch and tear-down per tile, and the loads of a program's
-# next tile can start while it finishes the current one (with ``FLATTEN``, the
-# compiler pipelines across the tile boundary, not only along ``K``).
-#
-# The arguments of :func:`~tilebook.ops.matmul.matmul_tma_kernel`:
-#
-# ``a_desc``, ``b_desc``, ``c_desc``
-#     Tensor descriptors, built on the host with
-#     ``triton.tools.tensor_descriptor.TensorDescriptor(tensor, shape, strides,
-#     block_shape)``.  ``desc.load([i, j])`` returns the ``block_shape`` tile
-#     whose first element is ``[i, j]``; ``desc.store([i, j], tile)`` writes one.
-#     TMA requires a unit stride in the last dimension and rows aligned to 16
-#     bytes, which is why the package takes this path only for 16-bit operands
-#     that satisfy it.
-# ``bias_ptr``, ``HAS_BIAS``, ``ACTIVATION``
-#     The fused epilogue, as before.
-# ``M``, ``N``, ``K``
-#     The problem size; no strides, they live in the descriptors.
-# ``BLOCK_M``, ``BLOCK_N``, ``BLOCK_K``, ``GROUP_M: tl.constexpr``
-#     Tile shape and program order, as before.
-# ``A_T``, ``B_T: tl.constexpr``
-#     True when an operand is stored transposed (column-major).  Its descriptor
-#     then describes the transpose, which *is* row-major, and the loaded tile is
-#     flipped with ``.T``.  ``tl.dot`` reads the flipped tile straight from shared
-#     memory.
-# ``CTAS_PER_SM: tl.constexpr``
-#     Programs per SM in the persistent grid.  The kernel never reads it; it is a
-#     constexpr only so that the autotuner can choose it with the rest, and the
-#     launcher sizes the grid from it.
-# ``SPLIT_N: tl.constexpr``
-#     Store the tile in two halves of ``BLOCK_N // 2`` columns: the staging buffer
-#     in shared memory that the TMA store reads from is half as large, and fewer
-#     registers are live while the epilogue works.
-# ``FLATTEN: tl.constexpr``
-#     Passed to ``tl.range(..., flatten=...)``: whether the compiler may merge the
-#     tile loop and the ``K`` loop into one pipelined loop.
-#
-# Because the loads of the next tile may already be in flight when a tile's
-# epilogue runs, the epilogue recomputes its own tile from a second counter,
-# ``out_tile``, instead of trusting variables of the loop.
+# The second change is the grid: as many programs as run at once
+# (``CTAS_PER_SM`` per SM), each looping over tiles ``start, start + step, ...``
+# in ``tile_coords`` order.  No launch per tile, and the loads of a program's
+# next tile can start while it finishes the current one (``FLATTEN`` lets the
+# compiler pipeline across tiles, not only along ``K``).  ``A_T`` and ``B_T``
+# mark an operand stored transposed: its descriptor describes the transpose,
+# which *is* row-major, and the loaded tile is flipped with ``.T``.
+# ``SPLIT_N`` finishes the tile in two halves of columns, with fewer registers
+# live in the epilogue, which is lesson 08's, imported from
+# :mod:`tilebook.ops.epilogue`.  The package's kernel, in full:
 
 
 @triton.jit
 def matmul_tma_kernel(
     a_desc,  # descriptor of A (M, K), or of A^T (K, M) when A_T
     b_desc,  # descriptor of B (K, N), or of B^T (N, K) when B_T
-    c_desc,  # descriptor of C (M, N); blocks of BLOCK_N // 2 columns when SPLIT_N
+    c_desc,  # descriptor of C; blocks of BLOCK_N // 2 columns when SPLIT_N
     bias_ptr,
     M,
     N,
@@ -599,21 +469,19 @@ def matmul_tma_kernel(
     B_T: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,
-    CTAS_PER_SM: tl.constexpr,  # read by the launcher only: programs per SM in the grid
-    SPLIT_N: tl.constexpr,  # store C in two halves: half the shared memory for the epilogue
-    FLATTEN: tl.constexpr,  # let the compiler pipeline across tiles, not only along K
+    CTAS_PER_SM: tl.constexpr,  # read by the launcher only: programs per SM
+    SPLIT_N: tl.constexpr,  # store C in two halves
+    FLATTEN: tl.constexpr,  # pipeline across tiles, not only along K
 ):
     tl.static_assert(BLOCK_K >= 16, "tl.dot needs K tiles of at least 16")
     num_m = tl.cdiv(M, BLOCK_M)
     num_n = tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)
     start = tl.program_id(axis=0)
-    step = tl.num_programs(axis=0)  # the grid is persistent: each program strides over tiles
-    # The epilogue recomputes its tile from a counter of its own: once the loops are
-    # flattened, the loads of the next tile may already be in flight.
+    step = tl.num_programs(axis=0)  # each program strides over the tiles
     out_tile = start - step
     for tile in tl.range(start, num_m * num_n, step, flatten=FLATTEN):
-        pid_m, pid_n = _tile_coords(tile, num_m, num_n, GROUP_M)
+        pid_m, pid_n = tile_coords(tile, num_m, num_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -625,683 +493,226 @@ def matmul_tma_kernel(
             acc = tl.dot(a, b, acc)
 
         out_tile += step
-        pid_m, pid_n = _tile_coords(out_tile, num_m, num_n, GROUP_M)
+        pid_m, pid_n = tile_coords(out_tile, num_m, num_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         if SPLIT_N:
-            # Finish one half at a time: fewer registers live in the activation.
             half: tl.constexpr = BLOCK_N // 2
-            left, right = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, half)), (0, 2, 1)))
+            left, right = tl.split(
+                tl.permute(tl.reshape(acc, (BLOCK_M, 2, half)), (0, 2, 1))
+            )
             offs_n = off_n + tl.arange(0, half)
-            left = _epilogue(left, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
+            left = epilogue(left, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
             c_desc.store([off_m, off_n], left.to(c_desc.dtype))
-            right = _epilogue(right, bias_ptr, offs_n + half, N, HAS_BIAS, ACTIVATION)
+            right = epilogue(right, bias_ptr, offs_n + half, N, HAS_BIAS, ACTIVATION)
             c_desc.store([off_m, off_n + half], right.to(c_desc.dtype))
         else:
             offs_n = off_n + tl.arange(0, BLOCK_N)
-            acc = _epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
+            acc = epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
             c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
 
 
 # %%
-# ``tl.reshape`` to ``(BLOCK_M, 2, half)`` puts columns ``j`` and ``j + half`` side
-# by side, ``tl.permute`` moves that pair to the last axis, and ``tl.split``
-# separates a last axis of 2 into its two halves: the left and right half of the
-# tile.
-#
-# The launcher builds the three descriptors with the block shapes of the
-# configuration and starts ``min(N_SM * CTAS_PER_SM, tiles)`` programs.  This one
-# takes row-major operands only; the package's also handles transposed ones
-# (``A_T``, ``B_T``).  It runs under the interpreter too, which emulates the copy
-# engine, so the CPU build checks it as well.
+# ``tl.reshape`` to ``(BLOCK_M, 2, half)`` puts columns ``j`` and ``j + half``
+# side by side, ``tl.permute`` moves that pair last, ``tl.split`` separates the
+# halves.  The epilogue recomputes its tile from a counter of its own,
+# ``out_tile``: with the loops flattened, the next tile's loads may be in
+# flight.  The launcher takes row-major operands, builds the descriptors and
+# starts ``min(SMs * CTAS_PER_SM, tiles)`` programs; the interpreter emulates
+# the copy engine, so the CPU build checks this kernel too.
 
 
-def matmul_tma(a, b, cfg: triton.Config = mm.TMA_CONFIGS[0]) -> torch.Tensor:
-    """C = A @ B with the TMA kernel (row-major 16-bit operands, aligned rows)."""
-    M, K = a.shape
-    N = b.shape[1]
-    c = torch.empty((M, N), dtype=a.dtype, device=a.device)
+def matmul_tma(a, b, cfg=mm.TMA_CONFIGS[0]):
+    (M, K), N = a.shape, b.shape[1]
+    c = torch.empty(M, N, dtype=a.dtype, device=a.device)
     kw = cfg.kwargs
     bm, bn, bk = kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"]
-    c_cols = bn // 2 if kw["SPLIT_N"] else bn
     a_desc = TensorDescriptor(a, [M, K], list(a.stride()), [bm, bk])
     b_desc = TensorDescriptor(b, [K, N], list(b.stride()), [bk, bn])
-    c_desc = TensorDescriptor(c, [M, N], list(c.stride()), [bm, c_cols])
+    c_blk = [bm, bn // 2 if kw["SPLIT_N"] else bn]
+    c_desc = TensorDescriptor(c, [M, N], list(c.stride()), c_blk)
     grid = (min(N_SM * kw["CTAS_PER_SM"], cdiv(M, bm) * cdiv(N, bn)),)
-    matmul_tma_kernel[grid](
-        a_desc, b_desc, c_desc, c, M, N, K, **kw,
-        A_T=False, B_T=False, HAS_BIAS=False, ACTIVATION="none",
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )  # fmt: skip
+    flags = {"A_T": False, "B_T": False, "HAS_BIAS": False, "ACTIVATION": "none"}
+    opts = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+    matmul_tma_kernel[grid](a_desc, b_desc, c_desc, c, M, N, K, **kw, **flags, **opts)
     return c
 
 
-a16 = torch.randn(70, 40, device=DEVICE, dtype=torch.float16)
-b16 = torch.randn(40, 72, device=DEVICE, dtype=torch.float16)
-tma_kw = mm.TMA_CONFIGS[0].kwargs
-tiles = cdiv(70, tma_kw["BLOCK_M"]) * cdiv(72, tma_kw["BLOCK_N"])
-print(f"the first TMA configuration: {mm.TMA_CONFIGS[0]}")
-print(f"70x72 output: tiles {tiles}, persistent programs {min(N_SM, tiles)}")
-err = (matmul_tma(a16, b16).double() - a16.double() @ b16.double()).abs().max().item()
-print(f"max |matmul_tma(a, b) - a @ b| = {err:.1e}")
-
-# %%
-# Is it right?
-# ------------
-# Every kernel of the lesson, and the package's :func:`tilebook.matmul`, against
-# the product computed in float64 from the same inputs.  The shapes are the
-# awkward ones: a single element, sizes that leave every edge ragged,
-# ``K`` shorter than one ``BLOCK_K`` and longer than several, and a transposed
-# operand.  The TMA kernel gets shapes whose rows are 16-byte aligned (multiples
-# of 8 for 16-bit types) but whose tiles are still ragged.
-#
-# The reported error is norm-wise relative, :math:`\|C - C_{64}\|/\|C_{64}\|`.
-# Expect about :math:`2^{-12}` for fp16 outputs and :math:`2^{-9}` for bf16: the
-# rounding of the stored result, since the float32 accumulator adds almost
-# nothing.  One caveat for float32 inputs on a GPU: ``tl.dot`` feeds them to the
-# tensor cores as **TF32** (its default ``input_precision="tf32"``), which keeps
-# 10 bits of mantissa instead of 23, as ``torch.matmul`` does with
-# ``torch.backends.cuda.matmul.allow_tf32``.  The error is then about 1e-3
-# rather than 1e-7, and we allow 5e-3 for float32 on a GPU.  The interpreter
-# multiplies in true float32.  The CPU build checks float32 and float16; the GPU
-# build float32 and bfloat16 (the interpreter computes bf16 wrongly).
-
-SHAPES = tilebook.pick(
-    gpu=[(1, 1, 1), (37, 53, 29), (255, 257, 130), (1000, 600, 1100)],
-    cpu=[(1, 1, 1), (37, 53, 29), (64, 64, 64), (100, 72, 130)],
+TMA_CASES = tilebook.pick(  # rows of 16-byte multiples, tiles still ragged
+    gpu=[(1000, 1096, 600, torch.bfloat16)],
+    cpu=[(17, 40, 24, torch.float16), (70, 72, 40, torch.float16)],
 )
-TMA_SHAPES = tilebook.pick(
-    gpu=[(17, 40, 24), (1000, 1096, 600)],
-    cpu=[(17, 40, 24), (70, 72, 40)],
-)
-# Each new dtype and shape class costs the GPU a compile, so there it checks the
-# two dtypes that matter: fp32 (for TF32) and bf16.
-dtypes = tilebook.pick(
-    gpu=[torch.float32, torch.bfloat16],
-    cpu=[torch.float32, torch.float16],
-)
-
-
-def ptr_config(elem: int) -> triton.Config:
-    """The package's first configuration whose pipeline fits for this element size."""
-    return next(c for c in mm.PTR_CONFIGS if pipeline_bytes(c, elem) <= SMEM_BUDGET)
-
-
-def operands(m, n, k, dtype):
-    a = torch.randn(m, k, device=DEVICE, dtype=dtype)
-    b = torch.randn(k, n, device=DEVICE, dtype=dtype)
-    return a, b, a.double() @ b.double()
-
-
-report = CorrectnessReport("matmul vs float64 reference")
-for dtype in dtypes:
-    tol = 5e-3 if dtype == torch.float32 and tilebook.is_gpu() else None  # TF32
-    check = partial(report.check, tol=tol)
-    cfg = ptr_config(torch.finfo(dtype).bits // 8)
-    for m, n, k in SHAPES:
-        a, b, ref = operands(m, n, k, dtype)
-        check(f"pointer kernel {m}x{n}x{k}", matmul_ptr(a, b, cfg), ref)
-        check(f"tilebook.matmul {m}x{n}x{k}", tilebook.matmul(a, b), ref)
-    check(f"autotuned {m}x{n}x{k}", matmul_tuned(a, b), ref)
-    # B as the transpose of a stored (N, K) matrix: read in place through its strides.
-    bt = torch.randn(n, k, device=DEVICE, dtype=dtype).t()
-    ref = a.double() @ bt.double()
-    check("pointer kernel, b = w.t()", matmul_ptr(a, bt, cfg), ref)
-    check("tilebook.matmul, b = w.t()", tilebook.matmul(a, bt), ref)
-    if dtype != torch.float32:  # TMA takes 16-bit types only
-        for m, n, k in TMA_SHAPES:
-            a, b, ref = operands(m, n, k, dtype)
-            check(f"TMA kernel {m}x{n}x{k}", matmul_tma(a, b), ref)
-            check(f"tilebook.matmul {m}x{n}x{k}", tilebook.matmul(a, b), ref)
+report = CorrectnessReport("Hopper kernel vs float64")
+for m, n, k, dtype in TMA_CASES:
+    a, b = experiment.operands(m, n, k, dtype, DEVICE)
+    report.check(f"{m}x{n}x{k}", matmul_tma(a, b), a.double() @ b.double())
 report.assert_ok()
 
 # %%
-# What TF32 costs can be computed on any machine: round the float32 inputs to
-# TF32 (keep 10 mantissa bits, rounding to nearest) and multiply exactly.  The
-# error is that of the inputs' rounding, about :math:`2^{-11}` per element,
-# partly averaged out over the sum.
+# What the compiler made of it
+# ----------------------------
+# :func:`tilebook.aot.compile_many` compiles for GPUs the machine does not
+# have: the lesson's kernel for an A100 (``sm_80``) and an H100 (``sm_90``),
+# and the Hopper kernel for an H100, all bf16 with 128 x 256 x 64 tiles on
+# eight warps.  ``HMMA`` is Ampere's tensor-core instruction (one warp),
+# ``HGMMA`` Hopper's :term:`wgmma` (a :term:`warpgroup` of four warps, here a
+# 64 x 256 x 16 product), ``LDGSTS`` one thread's copy into shared memory,
+# ``UTMALDG`` and ``UTMASTG`` whole tiles moved by the copy engine.
 
-
-def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    return ((out.double() - ref).norm() / ref.norm()).item()
-
-
-def round_to_tf32(x: torch.Tensor) -> torch.Tensor:
-    bits = x.float().view(torch.int32)
-    return ((bits + 0x1000) & ~0x1FFF).view(torch.float32)  # drop the last 13 bits
-
-
-a = torch.randn(256, 1024)
-b = torch.randn(1024, 256)
-exact = a.double() @ b.double()
-tf32 = round_to_tf32(a).double() @ round_to_tf32(b).double()
-print(f"TF32 inputs, exact sums: relative error {rel_err(tf32, exact):.1e}")
-
-# %%
-# What the compiler made of it: HGMMA and UTMALDG
-# -----------------------------------------------
-# Nothing above needed a GPU, and neither does reading the machine code: Triton
-# can compile for a GPU the machine does not have.
-# :func:`~tilebook.ops.matmul.compile_ahead` compiles either kernel with one of
-# the package's configurations for a chosen architecture and hands back its SASS.
-# We compile three (in parallel, as each takes a few seconds): the pointer kernel
-# for an A100 (``sm_80``) and for an H100 (``sm_90``), and the TMA kernel for an
-# H100, all in bf16 with 128 x 256 x 64 tiles and 8 warps, and count the
-# instructions that matter:
-#
-# ``HMMA``
-#     Ampere's tensor core instruction: one warp, a 16 x 8 x 16 product.
-# ``HGMMA``
-#     Hopper's *warpgroup* instruction (``wgmma`` in PTX): four warps together,
-#     here a 64 x 256 x 16 product whose operands (both of them, in these
-#     kernels) are read straight from shared memory.
-# ``LDGSTS``
-#     ``cp.async``: one thread's copy from global to shared memory.
-# ``UTMALDG``, ``UTMASTG``
-#     A TMA tile load or store, issued by a single thread for the whole program.
-
-AOT_JOBS = {  # sm_80 gets 3 stages: an A100 has 164 KB of shared memory, not 228
-    "pointer, sm_80": ("pointer", mm._cfg(128, 256, 64, 8, 3), 80),
-    "pointer, sm_90": ("pointer", mm.GPU_PTR_CONFIGS[0], 90),
-    "TMA, sm_90": ("tma", mm.GPU_TMA_CONFIGS[0], 90),
-}
-COUNTED = ["HMMA", "HGMMA", "LDGSTS", "UTMALDG", "UTMASTG"]
-PATTERNS = [rf"\b{name}\b" for name in COUNTED]  # whole words: HMMA is not HGMMA
-
-# In CPU mode each compile runs in a child process, so threads overlap them; on a
-# GPU they run in this process, one at a time.
-with ThreadPoolExecutor(max_workers=1 if tilebook.is_gpu() else len(AOT_JOBS)) as pool:
-    futures = {name: pool.submit(mm.compile_ahead, kind, cfg, "bf16", arch=arch)
-               for name, (kind, cfg, arch) in AOT_JOBS.items()}  # fmt: skip
-    compiled = {name: f.result() for name, f in futures.items()}
-
-print(f"{'kernel, target':<16}" + "".join(f"{c:>9}" for c in COUNTED), " regs smem KB")
-for name, k in compiled.items():
-    counts = "".join(f"{k.count(pattern):>9}" for pattern in PATTERNS)
-    print(f"{name:<16}{counts}  {k.registers!s:>4} {k.shared_bytes // 1024:>7}")
+BIG = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8}
+SIG = {p: "*bf16" for p in ("a_ptr", "b_ptr", "c_ptr")}
+SIG.update({p: "i32" for p in ("M", "N", "K", "stride_am", "stride_bk", "stride_cm")})
+tiled = {"kernel": tiled_matmul_kernel, "signature": SIG, "divisible_by_16": list(SIG)}
+tiled["constexprs"] = {**BIG, "stride_ak": 1, "stride_bn": 1, "stride_cn": 1}
+descs = {"a_desc": [128, 64], "b_desc": [64, 256], "c_desc": [128, 128]}
+TMA_SIG = {d: f"tensordesc<bf16[{r}, {c}]>" for d, (r, c) in descs.items()}
+TMA_SIG.update({"bias_ptr": "*bf16", "M": "i32", "N": "i32", "K": "i32"})
+flags = {"A_T": False, "B_T": False, "HAS_BIAS": False, "ACTIVATION": "none"}
+flags.update(CTAS_PER_SM=1, SPLIT_N=True, FLATTEN=True)
+jobs = {"tiled, sm_80": {**tiled, "arch": 80}, "tiled, sm_90": {**tiled, "arch": 90}}
+jobs["Hopper, sm_90"] = {"kernel": matmul_tma_kernel, "signature": TMA_SIG}
+jobs["Hopper, sm_90"]["constexprs"] = {**BIG, **flags}
+compiled = compile_many(jobs, num_warps=8, num_stages=3)
+counted = instruction_table(compiled, ["HMMA", "HGMMA", "LDGSTS", "UTMALDG", "UTMASTG"])
+print(counted)
 
 # %%
-# One ``K`` step of a 128 x 256 x 64 tile is :math:`128 \cdot 256 \cdot 64 / (16
-# \cdot 8 \cdot 16) = 1024` HMMA instructions for the program, 128 for each of its
-# 8 warps, and that is what the ``sm_80`` compile unrolls.  On ``sm_90`` the same
-# step is four HGMMAs per warpgroup: the whole ``K`` loop body of the pointer
-# kernel now issues four matrix instructions, and the threads are free for the
-# address arithmetic and ``LDGSTS`` copies.  The TMA kernel drops even those:
-# its tiles arrive through a few ``UTMALDG``\s (six in the whole kernel here,
-# each issued by a single thread for a whole tile), and the output leaves through
-# ``UTMASTG``.  Registers fall accordingly, and the shared memory holds the
-# pipeline stages (plus, for the TMA kernel, the staging buffer of the store).
+# On ``sm_80`` one ``K`` step of the tile is many warp-sized ``HMMA``; on
+# ``sm_90`` it is a few ``HGMMA`` per warpgroup, and the threads are left with
+# address arithmetic and copies.  The Hopper kernel drops the copies too: a
+# handful of ``UTMALDG``, each issued by one thread for a whole tile.
 #
-# How fast is it?
-# ---------------
-# A matrix product does :math:`2MNK` floating-point operations, and TFLOP/s is
-# that count over the time.  The reference is cuBLAS, through ``torch.matmul``
-# on the same bf16 operands.  The sizes are squares from 1024 to 8192 and one
-# ragged shape, 4095 x 4097 x 4093, whose odd rows rule out TMA: it takes the
-# pointer kernel with every edge masked.  Each product is checked against float64
-# (on its first 1024 rows) before it is timed.  On a CPU the plot comes from the
-# committed GPU record.
+# %%
+# How close to cuBLAS?
+# --------------------
+# :func:`tilebook.matmul` runs the Hopper kernel for aligned 16-bit operands and
+# :func:`~tilebook.ops.matmul.matmul_kernel` for the rest: this lesson's kernel
+# with lesson 08's epilogue and a mask-free path when ``BLOCK_K`` divides
+# ``K``.  Against ``torch.matmul`` (cuBLAS) on bf16 squares and one ragged
+# shape whose odd rows rule out TMA, each checked against float64 first
+# (:func:`tilebook.experiments.matmul.versus_cublas`).  This build does not
+# autotune: :func:`~tilebook.ops.matmul.set_autotune` makes each call take the
+# first configuration that fits, and the table names it.  ``verdict`` calls two
+# timings tied when their spreads overlap.
 
-BENCH_SQUARES = [1024, 2048, 3072, 4096, 6144, 8192]
-BENCH_RAGGED = (4095, 4097, 4093)
-
-
-def picked_config(m: int, n: int, k: int) -> str:
-    """The configuration the package's autotuner settled on for this problem (read
-    from the launcher's private cache, so: "unknown" if that ever changes shape)."""
-    try:
-        for key, (kw, *_) in mm._PICKED.items():
-            if tuple(key[1:4]) == (m, n, k):
-                return (f"{key[0]} {kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']} "
-                        f"w{kw['num_warps']} s{kw['num_stages']}")  # fmt: skip
-    except (AttributeError, KeyError, TypeError, ValueError):
-        pass
-    return "unknown"
+autotuning = mm.set_autotune(False)
+SIZES = [(n, n, n) for n in (2048, 4096, 8192)] + [(4095, 4097, 4093)]
 
 
-def size_sweep():
-    rows = []
-    shapes = [(n, n, n) for n in BENCH_SQUARES] + [BENCH_RAGGED]
-    for m, n, k in shapes:
-        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
-        err = rel_err(tilebook.matmul(a, b)[:1024], a[:1024].double() @ b.double())
-        assert err < 1e-2, (m, n, k, err)
-        info = {
-            "shape": f"{m}x{n}x{k}",
-            "size": round((m * n * k) ** (1 / 3)),
-            "kind": "square" if m == n == k else "ragged",
-        }
-        ours = {"config": picked_config(m, n, k), "rel_err": err}
-        t = measure(partial(tilebook.matmul, a, b), flops=2 * m * n * k)
-        rows.append({**info, "impl": "tilebook", **ours, **t.as_row()})
-        t = measure(partial(torch.matmul, a, b), flops=2 * m * n * k)
-        rows.append({**info, "impl": "cuBLAS", **t.as_row()})
-        del a, b
-        torch.cuda.empty_cache()
-    return rows
+def sizes_sweep():
+    return experiment.versus_cublas(SIZES)
 
 
 sizes = record_or_measure(
-    "lesson09_sizes", "matmul, bf16: TFLOP/s by size, tilebook vs cuBLAS", size_sweep
+    "lesson09_sizes", "matmul, bf16: tilebook, cuBLAS", sizes_sweep
 )
-fig = plot_record(
-    sizes,
-    x="size",
-    y="tflops",
-    series="impl",
-    where={"kind": "square"},
-    logx=True,
-    title="C = A @ B, bf16, square n x n x n (+ one ragged shape)",
-    xlabel="n (ragged: cube root of M N K)",
-    ylabel="TFLOP/s (2MNK / time)",
-    order=["tilebook", "cuBLAS"],
-    name="lesson09_sizes",
-)
-if fig is not None:
-    ax = fig.axes[0]
-    colours = {"tilebook": PALETTE[0], "cuBLAS": PALETTE[1]}  # as the lines
-    for row in sizes.select(kind="ragged"):
-        ax.scatter([row["size"]], [row["tflops"]], marker="D", s=40, zorder=3,
-                   color=colours[row["impl"]],
-                   label=f"{row['impl']}, ragged {row['shape']}")  # fmt: skip
-    ax.set_ylim(0, 1000)  # room for the legend above the lines
-    ax.legend(loc="upper left", fontsize=8, ncol=2)
 
-# %%
-# The numbers behind the plot, with the configuration the autotuner picked for
-# each problem:
+
+def against_cublas(row):
+    theirs = sizes.one(shape=row["shape"], impl="cuBLAS")
+    s = speedup(row, theirs)
+    return {**row, "cublas": theirs["tflops"], "verdict": verdict(s).split()[0]}
+
 
 if sizes is not None:
-    print(sizes.caption())
-    head = f"{'shape':>16} {'tilebook':>9} {'cuBLAS':>7} {'ratio':>5} {'rel err':>8}"
-    print(head + "  config")
-    for shape in dict.fromkeys(r["shape"] for r in sizes.rows):
-        (ours,) = sizes.select(shape=shape, impl="tilebook")
-        (theirs,) = sizes.select(shape=shape, impl="cuBLAS")
-        print(f"{shape:>16} {ours['tflops']:9.0f} {theirs['tflops']:7.0f} "
-              f"{ours['tflops'] / theirs['tflops']:5.2f} {ours['rel_err']:8.1e}  "
-              f"{ours['config']}")  # fmt: skip
-else:
-    print("No committed GPU record of this benchmark yet: nothing to show.")
-
-# %%
-# What the H100 record says.  From 4096 cubed up, and at 2048, :func:`tilebook.matmul`
-# runs within about 5% of cuBLAS, on either side: 710 against 682 TFLOP/s at
-# 4096, 688 against 667 at 6144, 678 against 708 at 8192 (the p20-p80 spread of
-# these timings is itself a few percent).  Three points tell other stories:
-#
-# - **1024 cubed, 0.56x.**  Every TMA configuration of the package has 128 x 256
-#   tiles, so this product is 8 x 4 = 32 tiles for 132 SMs: three quarters of the
-#   GPU have nothing to do.  (The pruner's rule "small problems take a 128 x 128
-#   configuration" finds none among the TMA configurations and keeps the first.)
-#   At 17 us a call, the Python that :func:`tilebook.matmul` runs on the host for
-#   every call (checking operands, building three descriptors) also starts to
-#   matter: ``do_bench`` launches back to back, and a GPU that finishes before
-#   the host has issued the next launch waits.
-# - **3072 cubed, 0.77x.**  24 x 12 = 288 tiles on 132 SMs make two full rounds
-#   and a third of 24 tiles, which takes as long as a full one: 2.18 rounds of
-#   work in 3 rounds of time, 73% busy, close to the 0.77 measured.  This is
-#   *wave quantisation*; cuBLAS, with more tile shapes to choose from, avoids it
-#   here.
-# - **The ragged shape, 125 against 158.**  Both libraries are four to six times
-#   slower than at 4096, and the masks are not the reason.  A row of 4093 bf16
-#   values is 8186 bytes, so the rows do not start on 16-byte boundaries: no
-#   descriptor (TMA needs 16-byte aligned rows) and no 16-byte loads.
-#
-# The last point can be seen without a GPU.  Triton specialises every integer
-# argument on whether it is a multiple of 16; a row stride that is not one tells
-# the compiler that a row's start may lie anywhere.  Compile the pointer kernel
-# with the autotuner's pick for the ragged shape (128 x 128 x 64, 8 warps, 4
-# stages) twice for ``sm_90``, once with every size and stride a multiple of 16
-# and once with none (``EVEN_K`` false as well), and count the memory
-# instructions:
-
-POINTERS = ["a_ptr", "b_ptr", "c_ptr", "bias_ptr"]
-INTS = ["M", "N", "K", "stride_am", "stride_bk", "stride_cm"]
-SIGNATURE = {name: "*bf16" for name in POINTERS} | {name: "i32" for name in INTS}
-RAGGED_CONSTS = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8,
-                 "HAS_BIAS": False, "ACTIVATION": "none", "INT64": False,
-                 "stride_ak": 1, "stride_bn": 1, "stride_cn": 1}  # fmt: skip
-ALIGNMENT_JOBS = {  # name: (EVEN_K, the arguments that are multiples of 16)
-    "rows 16-byte aligned": (True, POINTERS + INTS),
-    "odd row lengths": (False, POINTERS),
-}
-MEMORY_OPS = {
-    "LDGSTS.128": r"LDGSTS\S*\.128",  # cp.async, 16 bytes per thread
-    "LDG.U16": r"LDG\.E\.U16",  # an ordinary load of one 2-byte element
-    "STG.128": r"STG\.E\.128",
-    "STG.U16": r"STG\.E\.U16",
-}
-
-
-def compile_pointer(even_k: bool, aligned: list[str]):
-    consts = {**RAGGED_CONSTS, "EVEN_K": even_k}
-    return compile_kernel(
-        "tilebook.ops.matmul:matmul_kernel", SIGNATURE, consts,
-        num_warps=8, num_stages=4, divisible_by_16=aligned,
-    )  # fmt: skip
-
-
-with ThreadPoolExecutor(max_workers=1 if tilebook.is_gpu() else 2) as pool:
-    jobs = {n: pool.submit(compile_pointer, *job) for n, job in ALIGNMENT_JOBS.items()}
-    aligned_vs_odd = {n: job.result() for n, job in jobs.items()}
-print(f"{'':<22}" + "".join(f"{op:>12}" for op in MEMORY_OPS) + "   regs")
-for name, k in aligned_vs_odd.items():
-    counts = "".join(f"{k.count(rx):>12}" for rx in MEMORY_OPS.values())
-    print(f"{name:<22}{counts}   {k.registers}")
-
-# %%
-# With aligned rows the tiles travel by 16-byte ``cp.async`` copies straight into
-# shared memory, which is what the ``num_stages`` pipeline is built from.  With
-# odd rows every element is a separate 2-byte load into registers: many times the
-# instructions, no asynchronous copies and so no pipeline, and a thread full of
-# registers.  The cure is in the caller's hands: pad the matrices (exercise 6).
-#
-# Program order and tile shape, measured
-# --------------------------------------
-# Now the knobs.  The sweep below runs the lesson's two kernels at 8192 cubed in
-# bf16, launched with explicit configurations (no autotuner), for four tile
-# shapes, both orders (``GROUP_M=1``, row-major, and ``GROUP_M=8``, grouped) and
-# both kernels:
-#
-# ===========  ========  =====  ======  =====================================
-# tile         BLOCK_K   warps  stages  programs per SM (TMA: ``CTAS_PER_SM``)
-# ===========  ========  =====  ======  =====================================
-# 64 x 64      64        4      4       3
-# 128 x 128    64        8      4       1
-# 128 x 256    64        8      3       1
-# 256 x 128    64        8      3       1
-# ===========  ========  =====  ======  =====================================
-#
-# Programs per SM is what fits in its 228 KB of shared memory; it sets the wave
-# (``N_SM`` times it) for the model and the persistent grid of the TMA kernel.
-# First the model's prediction for each setting on an H100's 132 SMs:
-
-SWEEP_SIZE = 8192
-SWEEP_TILES = {  # name: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, programs per SM)
-    "64x64": (64, 64, 64, 4, 4, 3),
-    "128x128": (128, 128, 64, 8, 4, 1),
-    "128x256": (128, 256, 64, 8, 3, 1),
-    "256x128": (256, 128, 64, 8, 3, 1),
-}
-ORDERS = {"row-major": 1, "GROUP_M=8": 8}
-KERNELS = ["pointer", "TMA"]
-VARIANTS = [f"{kern}, {order}" for kern in KERNELS for order in ORDERS]
-
-
-def sweep_model(tile: str, group_m: int, sms: int = 132) -> dict:
-    bm, bn, _, _, _, per_sm = SWEEP_TILES[tile]
-    return l2_model(SWEEP_SIZE, SWEEP_SIZE, SWEEP_SIZE, bm, bn, group_m, sms * per_sm)
-
-
-print(f"{'tile':>8} {'order':>10} {'wave':>5} {'A+B tiles/step':>15} "
-      f"{'requested GB':>13} {'HBM GB':>7} {'reuse':>6}")  # fmt: skip
-for tile, spec in SWEEP_TILES.items():
-    for order, group in ORDERS.items():
-        r = sweep_model(tile, group)
-        print(f"{tile:>8} {order:>10} {132 * spec[-1]:>5} "
-              f"{r['a_tiles']:>7} + {r['b_tiles']:<5} {r['requested'] / 1e9:>13.1f} "
-              f"{r['hbm'] / 1e9:>7.2f} {r['reuse']:>5.1f}x")  # fmt: skip
-
-# %%
-# The model predicts two separate effects.  The tile shape sets what the programs
-# request: 64 x 64 tiles load 34 GB in all, 128 x 256 tiles 13 GB, for the same
-# 1.1 TFLOP.  The order sets how much of that HBM must supply: grouping cuts it by
-# a factor of 1.5 to 2.5, depending on the tile shape.  At 700 TFLOP/s the product takes
-# about 1.6 ms, so 2.3 GB from HBM would need 1.5 TB/s, under half of what HBM
-# gives.  The model therefore expects the order to matter less than the tile
-# shape on an H100, unless the programs of a wave drift further apart than it
-# assumes.  The measurement decides:
-
-
-def sweep_config(tile: str, group_m: int, kernel: str) -> triton.Config:
-    bm, bn, bk, warps, stages, per_sm = SWEEP_TILES[tile]
-    kw = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group_m}
-    if kernel == "TMA":
-        kw.update(SPLIT_N=True, FLATTEN=True, CTAS_PER_SM=per_sm)
-    return triton.Config(kw, num_warps=warps, num_stages=stages)
-
-
-# On a GPU, stop starting new settings once the lesson has run this long (compiles
-# add up); what was not measured shows as "n/a".  The most telling settings go first.
-SWEEP_DEADLINE_S = 270
-SWEEP_RUN_ORDER = ["128x256", "64x64", "128x128", "256x128"]
-
-
-def order_sweep():
-    n = SWEEP_SIZE
-    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    ref = a[:512].double() @ b.double()  # 512 rows: enough to catch a wrong tile
-    launch = {"pointer": matmul_ptr, "TMA": matmul_tma}
-    rows = []
-    for tile in SWEEP_RUN_ORDER:
-        for order, group in ORDERS.items():
-            for kernel in KERNELS:
-                setting = f"{tile} {kernel} {order}"
-                if time.monotonic() - STARTED > SWEEP_DEADLINE_S:
-                    print(f"out of time: {setting} not measured")
-                    continue
-                fn = partial(launch[kernel], a, b, sweep_config(tile, group, kernel))
-                try:
-                    err = rel_err(fn()[:512], ref)
-                    t = measure(fn, flops=2 * n**3)
-                except Exception as exc:  # noqa: BLE001  (a failure is a result too)
-                    print(f"{setting}: {type(exc).__name__}: {str(exc)[:120]}")
-                    continue
-                assert err < 1e-2, (setting, err)
-                rows.append({"tile": tile, "order": order, "GROUP_M": group,
-                             "kernel": kernel, "variant": f"{kernel}, {order}",
-                             "rel_err": err, **t.as_row()})  # fmt: skip
-    return rows
-
-
-sweep = record_or_measure(
-    "lesson09_order_sweep",
-    "matmul, bf16, 8192^3: TFLOP/s by tile shape, program order and kernel",
-    order_sweep,
-)
-
-# %%
-# The widget holds that sweep: rows are tile shapes, columns the kernel and the
-# program order.  Under the measured TFLOP/s it shows the model's account of the
-# same setting: the wave, the distinct tiles it needs per ``K`` step, and the
-# bytes requested and fetched from HBM.  Move the sliders, or click a cell.
-
-
-class OrderedSweep(SweepExplorer):
-    """A SweepExplorer whose knob values keep a given order instead of sorting."""
-
-    def __init__(self, rows, *, order: dict, **kwargs):
-        super().__init__(rows, **kwargs)
-        self.order = order
-
-    def data(self):
-        d = super().data()
-        for knob in d["knobs"]:
-            wanted = self.order.get(knob["name"])
-            if wanted:
-                knob["values"] = [v for v in wanted if v in knob["values"]]
-        return d
-
-
-def explain(row: dict, sms: int) -> dict:
-    tile, group = row["tile"], row["GROUP_M"]
-    r = sweep_model(tile, group, sms)
-    wave = sms * SWEEP_TILES[tile][-1]
-    detail = (
-        f"model: a wave of {wave} programs needs {r['a_tiles']} A + {r['b_tiles']} B "
-        f"tiles per K step; {r['requested'] / 1e9:.1f} GB requested, "
-        f"{r['hbm'] / 1e9:.2f} GB from HBM ({r['reuse']:.1f}x reuse)"
+    shown = table(
+        [against_cublas(r) for r in sizes.select(impl="tilebook")],
+        {
+            "shape": "shape",
+            "tilebook TFLOP/s": ("tflops", "{:.0f}"),
+            "cuBLAS TFLOP/s": ("cublas", "{:.0f}"),
+            "tilebook": "verdict",
+            "config": "config",
+        },
+        caption=sizes.caption(),
     )
-    return {**row, "detail": detail}
-
-
-if sweep is not None:
-    sms = sweep.provenance.get("sm_count", 132)
-    widget = OrderedSweep(
-        [explain(r, sms) for r in sweep.rows],
-        knobs=["tile", "variant"],
-        metric="tflops",
-        unit="TFLOP/s",
-        labels={"tile": "BLOCK_M x BLOCK_N", "variant": "kernel, order"},
-        order={"tile": list(SWEEP_TILES), "variant": VARIANTS},
-        title="matmul 8192^3 bf16: tile shape, program order and kernel",
-        caption=sweep.caption(),
-        initial={"tile": "128x256", "variant": "TMA, GROUP_M=8"},
-        slow_hint="small tiles load more bytes per FLOP than the caches can feed.",
-        extra="detail",
-    )
-    print(sweep.caption())
-    print(f"{'tile':>8} " + " ".join(f"{v:>20}" for v in VARIANTS) + "   (TFLOP/s)")
-    for tile in SWEEP_TILES:
-        cells = []
-        for v in VARIANTS:
-            got = sweep.select(tile=tile, variant=v)
-            cells.append(f"{got[0]['tflops']:>20.0f}" if got else f"{'n/a':>20}")
-        print(f"{tile:>8} " + " ".join(cells))
-    print("grouped / row-major, same tile and kernel:")
-    for tile in SWEEP_TILES:
-        for kernel in KERNELS:
-            pair = [sweep.select(tile=tile, variant=f"{kernel}, {o}") for o in ORDERS]
-            if all(pair):
-                gain = pair[1][0]["tflops"] / pair[0][0]["tflops"]
-                hbm = [sweep_model(tile, g, sms)["hbm"] for g in ORDERS.values()]
-                model = hbm[0] / hbm[1]
-                print(f"  {tile:>8} {kernel:>7}: measured {gain:5.2f}x, "
-                      f"model's HBM traffic {model:4.2f}x less")  # fmt: skip
 else:
-    widget = "No committed GPU record of the order sweep yet: nothing to show."
-widget
+    shown = "No committed GPU record of this comparison yet: nothing to show."
+shown
 
 # %%
-# Reading the sweep (the H100 record above):
-#
-# - **The tile shape is the big knob.**  64 x 64 tiles run at 210 to 300 TFLOP/s
-#   in every variant, less than half of the best (the widget marks them slow).
-#   They request 34 GB for a product that 128 x 256 tiles do with 13 GB, and each
-#   of their tensor core instructions (64 x 64 x 16) does a quarter of the work of
-#   a large tile's (64 x 256 x 16), so issuing and waiting weigh four times more.
-# - **Grouped order pays, by less than the model's best case.**  In six of the
-#   eight pairs ``GROUP_M=8`` is faster, by 5 to 17% for the large tiles and by
-#   42% for the pointer kernel's 64 x 64 tiles, the setting that requests the
-#   most bytes.  The model promised 1.5 to 2.5 times less HBM traffic; the
-#   measured gain is smaller because HBM is not the only limit (at 700 TFLOP/s
-#   even row-major needs only half its bandwidth) and because the programs of a
-#   wave drift apart, so some of the sharing the model counts never happens.
-#   The two exceptions, the TMA kernel's 64 x 64 tiles (three programs per SM,
-#   limited by the small ``tl.dot``) and the pointer kernel's 128 x 256 tiles
-#   (3% slower, within the spread of its timings), show that the order is a
-#   second-order knob once the tiles are large.
-# - **The Hopper path wins where it counts.**  The TMA kernel with 128 x 256 tiles
-#   and grouped order is the fastest setting, 724 TFLOP/s, 9% ahead of the best
-#   pointer setting (664).  With 128 x 128 tiles, where a program does less work
-#   per tile, the pointer kernel is a little ahead; the autotuner of the package
-#   only offers the TMA kernel its 128 x 256 configurations.
-#
+# The ragged shape is far slower for both libraries: a row of 4093 bf16 values
+# is 8186 bytes, so rows do not start on 16-byte boundaries, and neither
+# descriptors nor 16-byte loads apply (exercise 3).
+
+claims_sizes = Claims("09 matmul", sizes)
+if sizes is not None:
+    for impl in ("tilebook", "cuBLAS"):
+        ragged = sizes.one(shape="4095x4097x4093", impl=impl)["tflops"]
+        square = sizes.one(shape="4096x4096x4096", impl=impl)["tflops"]
+        claims_sizes.check(
+            f"{impl}: the ragged shape runs under half the rate of 4096 cubed",
+            ragged < 0.5 * square,
+            f"{ragged:.0f} against {square:.0f} TFLOP/s",
+        )
+claims_sizes
+
+# %%
+# tilebook.linear_act: this kernel plus lesson 08's epilogue
+# ----------------------------------------------------------
+# A linear layer is ``x @ w.T``: :func:`tilebook.linear_act` describes ``w`` as
+# stored, ``(N, K)``, loads its tiles transposed (``B_T``) and runs lesson 08's
+# epilogue on each finished tile.  Lesson 08 could not reach a layer with ``K``
+# in the thousands; here the product is long and the activation runs while the
+# tensor cores wait.  Against the unfused pair and ``F.linear`` alone
+# (:func:`tilebook.experiments.linear_act.versus_torch`):
+
+
+def layer_sweep():
+    return linear_experiment.versus_torch([(8192, 4096, 4096, "gelu")])
+
+
+layer = record_or_measure("lesson09_linear_act", "linear + GELU, bf16", layer_sweep)
+mm.set_autotune(autotuning)
+claims_layer = Claims("09 matmul", layer)
+if layer is not None:
+    fused, pair, alone = (
+        layer.one(impl=i) for i in ("tilebook", "unfused", "F.linear")
+    )
+    s1, s2 = speedup(fused, pair), speedup(fused, alone)
+    shown = say(
+        "For 8192 tokens through a 4096-to-4096 layer with GELU, tilebook.linear_act "
+        "is {v1} the unfused pair ({e1}), and {v2} ``F.linear`` with no activation "
+        "({e2}).",
+        v1=verdict(s1),
+        e1=s1.evidence("fused", "the pair"),
+        v2=verdict(s2),
+        e2=s2.evidence("fused", "F.linear"),
+    )
+    claims_layer.check("the fused layer is not slower than the pair", not s1.slower)
+else:
+    shown = say("There is no committed GPU record of this comparison yet.")
+shown
+
+# %%
+claims_layer
+
+# %%
 # Try this
 # --------
 #
-# 1. Which ``GROUP_M`` does the model prefer for 128 x 256 tiles at 8192 cubed on
-#    132 SMs?  Try 1, 2, 4, 8, 16, 32 and 64.
+# 1. Which ``GROUP_M`` does the model prefer for 128 x 256 tiles at 8192 cubed
+#    with one program per SM?
 #
 #    .. dropdown:: Solution
 #
 #       .. code-block:: python
 #
-#          for g in (1, 2, 4, 8, 16, 32, 64):
-#              r = l2_model(8192, 8192, 8192, 128, 256, g, 132)
-#              print(g, r["a_tiles"], r["b_tiles"], f"{r['hbm'] / 1e9:.2f} GB")
+#          for g in (1, 2, 4, 8, 16, 32):
+#              print(g, l2_model(8192, 8192, 8192, 128, 256, g, N_SM)["hbm"])
 #
-#       ``GROUP_M=16`` wins, with 16 + 9 tiles per wave and 1.22 GB from HBM,
-#       against 1.49 GB at 8 and 2.31 GB row-major.  The best group makes the
-#       wave's patch of ``C`` about as tall, in bytes of panels, as it is wide:
-#       ``B`` tiles are twice as wide as ``A`` tiles are tall, so the patch wants
-#       about twice as many rows as columns.  ``GROUP_M=2`` is no better than
-#       row-major (2.34 GB), since a row-major wave of 132 tiles already spans 5
-#       rows.  Whether 16 beats the package's 8 on a real GPU is a question for the
-#       sweep: add it to ``ORDERS`` and run the lesson there.
+#       The best group makes the wave's patch of ``C`` about as tall, in bytes
+#       of panels, as it is wide; ``B`` tiles are twice as wide as ``A`` tiles
+#       are tall, so it wants about twice as many rows as columns.  Whether it
+#       beats the package's 8 is the sweep's to say: add it to ``ORDERS``.
 #
-# 2. Launch ``matmul_ptr`` with a configuration whose ``BLOCK_K`` is 8.  What
-#    happens?
+# 2. Why are odd rows slow?  Compile ``tiled_matmul_kernel`` as above, but with
+#    only the pointers in ``divisible_by_16``, and count ``LDG``.
 #
 #    .. dropdown:: Solution
 #
-#       Compilation stops at the ``tl.static_assert``: "tl.dot needs K tiles of
-#       at least 16".  Without that line the error would come from ``tl.dot``
-#       itself, further from the cause; the tensor core instructions multiply
-#       ``K`` slices of 16 (bf16, fp16) or 8 (TF32) elements at a time.
-#
-# 3. A linear layer computes ``x @ w.t()`` with ``w`` stored as ``(N, K)``.  How
-#    do you run it on the pointer kernel without copying ``w``, and what would the
-#    TMA kernel need?
-#
-#    .. dropdown:: Solution
-#
-#       ``matmul_ptr(x, w.t())``: the view has strides ``(1, K)``, which the
-#       kernel takes as ``stride_bk = 1``, ``stride_bn = K``; the correctness
-#       table above checks exactly this.  A descriptor must have a unit stride in
-#       its last dimension, which ``w.t()`` does not, so the TMA kernel describes
-#       ``w`` itself, ``(N, K)`` with block ``[BLOCK_N, BLOCK_K]``, and passes
-#       ``B_T=True`` so that the loaded tile is transposed: what
-#       :func:`tilebook.matmul` does.
-#
-# 4. On 132 SMs, how many tiles does each persistent program of the TMA kernel
-#    compute at 8192 cubed with 128 x 256 tiles, and how busy is the GPU in the
-#    last round?
-#
-#    .. dropdown:: Solution
-#
-#       64 x 32 = 2048 tiles over 132 programs: 68 programs compute 16 tiles and
-#       64 compute 15 (``2048 = 15 * 132 + 68``).  In the last round 68 of 132 SMs
-#       work and the rest wait: 64 idle SMs for one round in 16, about 3% of the
-#       product's time.  Small problems suffer far more: at 2048 cubed there are
-#       128 tiles, one round with 4 SMs idle, and nothing to hide a slow program
-#       behind; at 1024 cubed with 128 x 128 tiles, 64 tiles leave half the GPU
-#       idle.
-#
-# 5. The pointer kernel masks its loads on every ``K`` step when ``EVEN_K`` is
-#    false.  Find the cost: compile it ahead of time with ``EVEN_K=False`` and
-#    compare the SASS with the ``EVEN_K=True`` version.
-#
-#    .. dropdown:: Solution
-#
-#       ``mm.compile_ahead`` fixes ``EVEN_K=True``; call
-#       :func:`tilebook.aot.compile_kernel` on ``"tilebook.ops.matmul:matmul_kernel"``
-#       with the same signature and ``EVEN_K=False``.  The masked version computes
-#       ``k_left`` and fresh predicates for its loads on every step: with Triton
-#       3.8 the SASS grows from 49 to 81 ``ISETP`` (comparisons) and from 27 to
-#       75 ``SEL``, and the registers from 210 to 220.  The four ``HGMMA`` and 48
-#       ``LDGSTS`` stay as they were.  That integer work runs beside the tensor
-#       cores, so it costs little for a large ``K``.
-#
-# 6. The ragged shape of the benchmark ran at 126 TFLOP/s, against 717 at 4096
-#    cubed.  Without touching the kernel, how would you get most of that back?
-#
-#    .. dropdown:: Solution
-#
-#       Pad with zeros so that ``K`` and ``N`` become multiples of 16, multiply,
-#       and slice:
-#
-#       .. code-block:: python
-#
-#          a_pad = torch.zeros(4095, 4096, device="cuda", dtype=torch.bfloat16)
-#          b_pad = torch.zeros(4096, 4112, device="cuda", dtype=torch.bfloat16)
-#          a_pad[:, :4093] = a
-#          b_pad[:4093, :4097] = b
-#          c = tilebook.matmul(a_pad, b_pad)[:, :4097]
-#
-#       The zero columns of ``a_pad`` meet the zero rows of ``b_pad`` and add
-#       nothing, and the extra columns of ``C`` are cut off.  Every row is now
-#       16-byte aligned, so :func:`tilebook.matmul` takes the TMA kernel; only
-#       ``M`` is still ragged, which the copy engine handles by zero fill.  Padding
-#       only the strides (a view ``a_pad[:, :4093]``) is not enough: the masks on
-#       ``K`` and ``N`` would still be ragged, and the compiler vectorises a masked
-#       load only if it can prove the mask equal for all 8 elements of a 16-byte
-#       vector.  (Compile both variants as above to see it: with the strides alone
-#       padded the loads stay ``LDG.E.U16``; with ``K`` and ``N`` padded they become
-#       16-byte ``LDGSTS``, even for the pointer kernel.)  The padded product does
-#       0.4% more arithmetic and, unless the operands can be kept padded, two
-#       copies.  The record above does not include it, so measure it with
-#       :func:`tilebook.bench.measure` and compare with the 4096-cubed figure.
+#       Without the hint that sizes and strides are multiples of 16, the
+#       compiler cannot prove a row's start aligned: the tiles are fetched by
+#       2-byte loads into registers instead of 16-byte ``LDGSTS`` into shared
+#       memory, with no pipeline.  Padding ``K`` and ``N`` to multiples of 16
+#       with zeros gets the fast path back.
