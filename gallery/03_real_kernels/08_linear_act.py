@@ -11,11 +11,10 @@ can add the bias and apply the activation right there and store once: the
 kernel's *epilogue*.
 
 This lesson writes the smallest such kernel, one step past lesson 07: a 2-D
-output tile and a single ``tl.dot`` that takes the whole inner dimension ``K``
-at once.  That limits it to layers with a small ``K``, exactly the layers where
-the unfused version's extra trip through memory is most of the cost.  We count
-the bytes first, predict, measure, and then read the compiled epilogue and make
-the GELU cheaper.
+output tile and one ``tl.dot`` over the whole inner dimension ``K``, which
+limits it to small ``K``: the layers where the unfused extra trip through
+memory costs most.  We count the bytes, predict, measure, then read the
+compiled epilogue and make the GELU cheaper.
 
 .. rubric:: You will learn
 
@@ -461,6 +460,10 @@ ERF = "fused, erf GELU"
 ACTIVATIONS = ["none", "relu", "gelu", "gelu (erf)", "gelu_tanh", "silu"]
 SWEEP_K = [32, 128, 256]
 EXTRA = {"unfused, Triton pass": 2, "unfused, PyTorch": 2}  # trips of Y
+TIMING = {
+    "warmup": 5,
+    "rep": 20,
+}  # milliseconds a round: these layers take microseconds
 
 
 def linear_alone(x, w, b, act):
@@ -475,13 +478,15 @@ def fusion_sweep():
         if act == "none":  # nothing to unfuse: the PyTorch way is F.linear alone
             del ways["unfused, Triton pass"]
         extra = EXTRA if act != "none" else {}
-        rows += experiment.layer_versus(m, n, k, act, ways, passes=extra, sweep="act")
+        rows += experiment.layer_versus(
+            m, n, k, act, ways, passes=extra, sweep="act", **TIMING
+        )
     depth = {"fused": fused_fitted, "unfused, PyTorch": experiment.unfused_torch}
     depth["F.linear alone"] = linear_alone
     alone = {"F.linear alone": "none"}
     for k in SWEEP_K:
         rows += experiment.layer_versus(
-            m, n, k, "gelu", depth, passes=EXTRA, computes=alone, sweep="K"
+            m, n, k, "gelu", depth, passes=EXTRA, computes=alone, sweep="K", **TIMING
         )
     return rows
 
@@ -688,16 +693,9 @@ last
 #
 #    .. dropdown:: Solution
 #
-#       Load the tile of ``r`` with the store's offsets and mask, add it in
-#       float32, store once:
-#
-#       .. code-block:: python
-#
-#          r = tl.load(r_ptr + offs_m[:, None] * N + offs_n[None, :],
-#                      mask=m_ok & n_ok, other=0.0)
-#          acc = acc + r.to(tl.float32)
-#
-#       Unfused, ``Y`` makes two trips for nothing, as with an activation.
+#       Load the tile of ``r`` with the store's offsets and mask
+#       (``tl.load(r_ptr + offs_m[:, None] * N + offs_n[None, :], ...)``), add it
+#       to ``acc`` in float32, store once.  Unfused, ``Y`` makes two trips for nothing, as with an activation.
 #
 # 3. Why can this kernel not take ``K`` = 4096, and what would it take?
 #

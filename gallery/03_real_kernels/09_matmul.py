@@ -227,14 +227,13 @@ report.assert_ok()
 # %%
 # A model of L2 reuse
 # -------------------
-# The order's effect can be counted on any machine, with ``grouped_order``,
-# ``tile_coords`` in plain Python.  Assume the programs of a wave move along
-# ``K`` together, so a tile fetched by one is found in L2 by the others.  At
-# each step a wave of ``W`` programs *requests* ``2W`` tiles, but HBM delivers
-# only the *distinct* ones.  Summed over waves and steps, the ``requested``
-# bytes depend on the tile shape only, the ``hbm`` bytes on the order too; the
-# ratio is the ``reuse``.  Real programs drift apart and L2 is finite: the
-# model is a best case.
+# The order's effect can be counted on any machine with ``grouped_order``,
+# ``tile_coords`` in plain Python.  If the programs of a wave move along ``K``
+# together, a tile fetched by one is found in L2 by the others: at each step a
+# wave of ``W`` programs *requests* ``2W`` tiles, and HBM delivers only the
+# *distinct* ones.  Summed over waves and steps, ``requested`` depends on the
+# tile shape, ``hbm`` on the order too, and their ratio is the ``reuse``.  Real
+# programs drift apart and L2 is finite: the model is a best case.
 
 
 def grouped_order(tile: int, num_m: int, num_n: int, group_m: int) -> tuple[int, int]:
@@ -431,14 +430,13 @@ say(
 # %%
 # The Hopper path: tensor descriptors and a resident grid
 # -------------------------------------------------------
-# The kernel above makes every thread compute addresses and issue its own
-# copies into shared memory.  Hopper's copy engine, the Tensor Memory
-# Accelerator, moves a whole tile with one instruction: a *tensor descriptor*
-# holds a matrix's base, shape, strides and tile shape, and the kernel asks for
-# "the tile at row ``r``, column ``c``" (``desc.load([r, c])``).  The engine
-# fills what lies past the edges with zeros, so no masks, and leaves the
-# threads to the tensor cores.  It wants rows aligned to 16 bytes: the package
-# takes this path for 16-bit operands that have them.
+# The kernel above makes every thread compute addresses and copy its share into
+# shared memory.  Hopper's copy engine moves a whole tile with one
+# instruction: a *tensor descriptor* holds a matrix's base, shape, strides and
+# tile shape, and ``desc.load([r, c])`` asks for the tile at row ``r``, column
+# ``c``.  It fills what lies past the edges with zeros (no masks) and wants
+# rows aligned to 16 bytes: the package takes this path for 16-bit operands
+# that have them.
 #
 # The second change is the grid: as many programs as run at once
 # (``CTAS_PER_SM`` per SM), each looping over tiles ``start, start + step, ...``
