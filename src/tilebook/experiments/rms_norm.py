@@ -111,17 +111,20 @@ def naive(x: torch.Tensor, w: torch.Tensor, eps: float = EPS) -> torch.Tensor:
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
 
 
-def ops() -> dict[str, Op]:
+def ops(compiled: bool = True) -> dict[str, Op]:
     """tilebook's op, PyTorch's and the compiled :func:`naive`, all with ``eps`` = :data:`EPS`.
 
     ``torch.compile`` specialises on shapes (``dynamic=False``), as a model with fixed
-    sizes would: one compiled graph per hidden size and per pass.
+    sizes would: one compiled graph per hidden size and per pass, each compiled on
+    first use, which takes seconds.  ``compiled=False`` leaves it out.
     """
-    return {
+    found: dict[str, Op] = {
         "tilebook": lambda x, w: op.rms_norm(x, w, EPS),
         "F.rms_norm": lambda x, w: F.rms_norm(x, (x.shape[-1],), w, EPS),
-        "torch.compile": torch.compile(naive, dynamic=False),
     }
+    if compiled:
+        found["torch.compile"] = torch.compile(naive, dynamic=False)
+    return found
 
 
 def _errors(y, dx, dw, ref) -> dict[str, float]:
