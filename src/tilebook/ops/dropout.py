@@ -20,8 +20,10 @@ dtype, launch configuration and GPU, and identical in Triton's interpreter):
   ``round(p * 2**32)``: it is dropped with probability ``p`` to within ``2**-33``.
 
 Philox is pure integer arithmetic (10 rounds of two 32x32-bit multiplies and some
-xors per four words): about ten instructions per element, well under what the
-memory traffic of a bf16 element leaves the SM to spend.
+xors per four words).  Compiled for sm_90 the kernel is 24 instructions per bf16
+element, about 15 of them Philox: close to, but under, what the memory traffic of
+an element leaves the SM to spend.  On an H100 it runs at 98 us for 16384 x 4096
+bf16, against 94 us for a plain copy of the same tensor.
 """
 
 from __future__ import annotations
