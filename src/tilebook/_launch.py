@@ -56,9 +56,14 @@ def device_guard(t: torch.Tensor | torch.device | int | None):
     """
     if isinstance(t, _Tensor):
         t = t.device
-    if t is None or (isinstance(t, torch.device) and t.type != "cuda"):
-        return contextlib.nullcontext()
+    if isinstance(t, torch.device):
+        t = t.index if t.type == "cuda" else None
+    if t is None or t == _current_device():  # nothing to switch: skip the two device calls
+        return _NO_SWITCH
     return torch.cuda.device(t)
+
+
+_NO_SWITCH = contextlib.nullcontext()
 
 
 @functools.cache
