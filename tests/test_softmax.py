@@ -325,7 +325,9 @@ def test_repeat_calls_agree_with_the_first(device):
 
     sm._FAST.clear()
     x = torch.randn(48, 1000, device=device, dtype=torch.float16)
-    torch.testing.assert_close(sm.softmax(x).float(), torch.softmax(x.float(), -1), atol=2e-3, rtol=0)
+    torch.testing.assert_close(
+        sm.softmax(x).float(), torch.softmax(x.float(), -1), atol=2e-3, rtol=0
+    )
     remembered = 1 if _launch.direct_launch_enabled() else 0
     assert len(sm._FAST) == remembered
     for _ in range(2):
@@ -340,5 +342,7 @@ def test_repeat_calls_agree_with_the_first(device):
         sm.softmax(x2, True)
     # Same shape, other strides (a transposed view): not the remembered launch.
     xt = torch.randn(1000, 48, device=device, dtype=torch.float16).t()
-    torch.testing.assert_close(sm.softmax(xt).float(), torch.softmax(xt.float(), -1), atol=2e-3, rtol=0)
+    torch.testing.assert_close(
+        sm.softmax(xt).float(), torch.softmax(xt.float(), -1), atol=2e-3, rtol=0
+    )
     assert len(sm._FAST) == remembered
