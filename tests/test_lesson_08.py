@@ -180,6 +180,10 @@ def _record(name):
     return json.loads(path.read_text())
 
 
+def fused_bytes(m, n, k):
+    return experiment.traffic(m, n, k, 2)
+
+
 def test_fusion_record_covers_the_page():
     rec = _record("lesson08_fusion")
     prov = rec["provenance"]
@@ -193,7 +197,8 @@ def test_fusion_record_covers_the_page():
             extra = 0 if way == "fused" else 2
             assert row["bytes"] == experiment.traffic(m, n, k, 2, passes=extra)
     assert ("act", k, "gelu", "fused, erf GELU") in by
-    assert ("act", k, "none", "fused") in by
+    alone = by["act", k, "none", "unfused, PyTorch"]  # F.linear alone: no extra trips
+    assert alone["bytes"] == by["act", k, "none", "fused"]["bytes"] == fused_bytes(m, n, k)
     for kk in (32, 128, 256):  # the plot and its claim
         for way in ("fused", "unfused, PyTorch", "F.linear alone"):
             assert ("K", kk, "gelu", way) in by, (kk, way)
