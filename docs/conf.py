@@ -120,8 +120,7 @@ html_theme_options = {
 }
 # Top-level pages have no section to navigate: no empty left sidebar there.
 html_sidebars = {
-    page: []
-    for page in ("index", "start", "syllabus", "api", "glossary", "measurements")
+    page: [] for page in ("index", "start", "syllabus", "api", "glossary", "measurements")
 }
 html_context = {"default_mode": "auto"}
 html_show_sourcelink = False
