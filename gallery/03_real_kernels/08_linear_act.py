@@ -240,11 +240,11 @@ def check(title, impls, cases):
     for dtype in DTYPES:
         for (rows, inner, outs), bias, acts in cases:
             x, w, b = experiment.layer(rows, outs, inner, dtype, DEVICE, bias)
-            shape = f"{rows}x{inner}->{outs}" + ("" if bias else ", no bias")
+            case = f"K={inner}" + ("" if bias else ", no bias")  # M x N: the shape
             for act in acts:
                 ref = experiment.reference(x, w, b, act)
                 for name, fn in impls.items():
-                    report.check(f"{name} {act} {shape}", fn(x, w, b, act), ref)
+                    report.check(f"{name} {act}, {case}", fn(x, w, b, act), ref)
     report.assert_ok()
 
 
