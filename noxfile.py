@@ -1,14 +1,27 @@
-"""Development tasks: ``nox -s tests``, ``nox -s docs``, ``nox -s lint``, ``nox -s bench``.
+"""Development tasks: ``nox -s tests``, ``nox -s docs``, ``nox -s lint``, ``nox -s bench``,
+``nox -s record``.
+
+``tests``, ``docs``, ``bench`` and ``record`` share ONE environment, ``.nox/tilebook``,
+made on the first run and reused until ``pyproject.toml`` changes (a CUDA build of
+torch alone is several GB: it is installed once, not once per session and run).
+``nox -s env -- --rebuild`` makes it again.
 
 On a machine whose Python already has a CUDA build of torch (a GPU box), the
-sessions reuse that torch (and whatever else that Python has) instead of
+environment reuses that torch (and whatever else that Python has) instead of
 downloading another: see :func:`_reuse_host_packages`.  Set
 ``TILEBOOK_REUSE_TORCH=0`` to always install fresh, ``=1`` to force reuse.
+``TILEBOOK_TORCH_INDEX=https://download.pytorch.org/whl/cpu`` installs PyTorch's
+CPU-only build first (a few hundred MB instead of several GB), for a machine
+without a GPU.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -17,12 +30,16 @@ from pathlib import Path
 import nox
 
 nox.needs_version = ">=2025.2.9"
-nox.options.default_venv_backend = "uv|virtualenv"
+# nox looks for uv whether a session uses it or not, and says so: noise, not news.
+logging.getLogger("nox").addFilter(lambda r: "uv binary not found" not in r.getMessage())
 nox.options.sessions = ["lint", "tests"]
 
 ROOT = Path(__file__).parent
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 BUILD_HTML = ROOT / "docs" / "_build" / "html"
+RECORDS = ROOT / "src" / "tilebook" / "records"
+ENV_DIR = ROOT / ".nox" / "tilebook"  # the one environment of tests, docs and bench
+GROUPS = ("docs", "tests")
 
 
 def _host_has_cuda_torch() -> bool:
@@ -46,8 +63,12 @@ def _want_reuse() -> bool:
     return _host_has_cuda_torch()
 
 
+def _bin(name: str) -> str:
+    return str(ENV_DIR / ("Scripts" if os.name == "nt" else "bin") / name)
+
+
 def _reuse_host_packages(session: nox.Session) -> None:
-    """Make the host interpreter's packages visible inside the session's venv.
+    """Make the host interpreter's packages visible inside the environment.
 
     ``--system-site-packages`` is not enough when the host Python is itself a
     virtual environment (as on many GPU images): the venv would see the *base*
@@ -55,85 +76,111 @@ def _reuse_host_packages(session: nox.Session) -> None:
     site-packages works in both cases, and the venv's own packages still come
     first on ``sys.path``.
     """
-    venv_site = session.run(
-        "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", silent=True
-    ).strip()
+    venv_site = subprocess.run(
+        [_bin("python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
     host_paths = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     Path(venv_site, "_tilebook_host_site.pth").write_text("\n".join(sorted(host_paths)) + "\n")
     session.log(f"reusing the host's torch and packages from {', '.join(sorted(host_paths))}")
 
 
-# uv does not see packages that a .pth file adds, so reusing the host's torch needs pip.
-REUSE_HOST = _want_reuse()
-BACKEND = "virtualenv" if REUSE_HOST else "uv|virtualenv"
+def _stamp(reuse: bool) -> str:
+    """What the environment was made from: when it changes, the environment is remade."""
+    what = {
+        "pyproject": (ROOT / "pyproject.toml").read_text(),
+        "python": sys.version,
+        "reuse": reuse,
+        "torch_index": os.environ.get("TILEBOOK_TORCH_INDEX", ""),
+    }
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
 
 
-def _install(session: nox.Session, *groups: str) -> None:
-    """Install tilebook (editable) and the named dependency groups."""
-    if REUSE_HOST:
+def _environment(session: nox.Session, *, rebuild: bool = False) -> None:
+    """Make ``.nox/tilebook`` with tilebook (editable) and the docs and tests groups,
+    or reuse it when it was made from the same ``pyproject.toml``."""
+    reuse = _want_reuse()
+    stamp_file = ENV_DIR / ".tilebook-stamp"
+    stamp = _stamp(reuse)
+    if not rebuild and stamp_file.exists() and stamp_file.read_text() == stamp:
+        session.log(f"reusing the environment {ENV_DIR} (pyproject.toml unchanged)")
+        return
+    if ENV_DIR.exists():
+        shutil.rmtree(ENV_DIR)
+    session.log(f"making the environment {ENV_DIR} (once; reused by tests, docs and bench)")
+    session.run(sys.executable, "-m", "venv", str(ENV_DIR), external=True, silent=True)
+    pip = [_bin("python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    if reuse:
         _reuse_host_packages(session)
-    reqs = [r for g in groups for r in nox.project.dependency_groups(PYPROJECT, g)]
-    session.install("-e", ".", *reqs)
+    elif os.environ.get("TILEBOOK_TORCH_INDEX"):
+        session.run(
+            *pip, "torch", "--index-url", os.environ["TILEBOOK_TORCH_INDEX"], external=True
+        )  # fmt: skip
+    reqs = [r for g in GROUPS for r in nox.project.dependency_groups(PYPROJECT, g)]
+    session.run(*pip, "-e", str(ROOT), *reqs, external=True)
+    stamp_file.write_text(stamp)
 
 
-@nox.session(venv_backend=BACKEND)
+@nox.session(venv_backend="none")
+def env(session: nox.Session) -> None:
+    """Make (``-- --rebuild``: remake) the shared environment, ``.nox/tilebook``."""
+    _environment(session, rebuild="--rebuild" in session.posargs)
+
+
+@nox.session(venv_backend="none")
 def tests(session: nox.Session) -> None:
     """Run the test suite (CPU: Triton's interpreter; GPU tests run when a GPU is present)."""
-    _install(session, "tests", "docs")
-    session.run("pytest", *session.posargs)
+    _environment(session)
+    session.run(_bin("python"), "-m", "pytest", *session.posargs, external=True)
 
 
-@nox.session(venv_backend=BACKEND)
+def _sphinx(session: nox.Session, env: dict[str, str], *extra: str) -> None:
+    args = ["-W", "--keep-going", "-b", "html", "docs", str(BUILD_HTML), *extra]
+    session.run(_bin("python"), "-m", "sphinx", *args, env=env, external=True)
+
+
+@nox.session(venv_backend="none")
 def docs(session: nox.Session) -> None:
     """Build the site into docs/_build/html (warnings are errors; every lesson runs).
 
-    ``nox -s docs -- --serve`` rebuilds on every change and serves the site
-    (sphinx-autobuild) at http://127.0.0.1:8000.  On a GPU, ``nox -s docs --
-    --save-records`` also copies the records the lessons just measured into
-    ``src/tilebook/records/`` (what CPU builds plot), ready to commit.
+    A rebuild executes only the lessons whose script changed (sphinx-gallery
+    compares each script with what it last ran).  ``nox -s docs -- --serve``
+    rebuilds on every change and serves the site at http://127.0.0.1:8000.  On a
+    GPU, ``nox -s docs -- --save-records`` also copies the records the lessons
+    just measured into ``src/tilebook/records/`` (what CPU builds plot).
     """
     serve = "--serve" in session.posargs
-    save_records = "--save-records" in session.posargs
-    _install(session, "docs-live" if serve else "docs")
+    _environment(session)
     env = {
         "TILEBOOK_RECORD_DIR": os.environ.get(
             "TILEBOOK_RECORD_DIR", str(BUILD_HTML.parent / "records")
         )
     }
-    args = ["-W", "--keep-going", "-b", "html", "docs", str(BUILD_HTML)]
     if serve:
-        session.run(
-            "sphinx-autobuild",
-            *args,
-            "--watch",
-            "src",
-            "--watch",
-            "gallery",
-            "--port",
-            "8000",
-            env=env,
-        )
-    else:
-        session.run("sphinx-build", *args, env=env)
-        session.log(f"site built: open {BUILD_HTML / 'index.html'}")
-        if save_records:
-            _save_records(session, Path(env["TILEBOOK_RECORD_DIR"]))
+        session.run(_bin("python"), "-m", "pip", "install", "-q", "sphinx-autobuild",
+                    external=True)  # fmt: skip
+        args = ["-W", "--keep-going", "-b", "html", "docs", str(BUILD_HTML)]
+        watch = ["--watch", "src", "--watch", "gallery", "--port", "8000"]
+        session.run(_bin("sphinx-autobuild"), *args, *watch, env=env, external=True)
+        return
+    _sphinx(session, env)
+    session.log(f"site built: open {BUILD_HTML / 'index.html'}")
+    if "--save-records" in session.posargs:
+        _save_records(session, Path(env["TILEBOOK_RECORD_DIR"]))
 
 
-def _save_records(session: nox.Session, built: Path) -> None:
+def _save_records(session: nox.Session, built: Path) -> list[str]:
     """Copy GPU-measured records from a build into the package's committed records."""
-    import json
-
-    dest = ROOT / "src" / "tilebook" / "records"
     saved = []
     for path in sorted(built.glob("*.json")):
         if json.loads(path.read_text())["provenance"].get("mode") != "gpu":
             continue
-        (dest / path.name).write_text(path.read_text())
+        (RECORDS / path.name).write_text(path.read_text())
         saved.append(path.name)
     if not saved:
         session.error("no GPU-measured record in this build: was it built on a GPU?")
-    session.log(f"saved {len(saved)} records into {dest}: {', '.join(saved)}")
+    session.log(f"saved {len(saved)} records into {RECORDS}: {', '.join(saved)}")
+    return saved
 
 
 @nox.session
@@ -144,13 +191,38 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", ".")
 
 
-@nox.session(venv_backend=BACKEND)
+@nox.session(venv_backend="none")
 def bench(session: nox.Session) -> None:
     """GPU only: measure every kernel against its baselines and write the records
     that CPU builds plot (into src/tilebook/records, to be committed)."""
-    _install(session)
-    env = {
-        "TILEBOOK_RECORD_DIR": str(ROOT / "src" / "tilebook" / "records"),
-        "TILEBOOK_MODE": "gpu",
-    }
-    session.run("python", "benchmarks/run_all.py", *session.posargs, env=env)
+    _environment(session)
+    env = {"TILEBOOK_RECORD_DIR": str(RECORDS), "TILEBOOK_MODE": "gpu"}
+    session.run(
+        _bin("python"), "benchmarks/run_all.py", *session.posargs, env=env, external=True
+    )  # fmt: skip
+
+
+@nox.session(venv_backend="none")
+def record(session: nox.Session) -> None:
+    """GPU only, the maintainer's one command: re-measure every committed record (the
+    benchmarks, then a clean docs build whose lessons measure live) and commit them.
+
+    ``-- --no-commit`` leaves the new records uncommitted for a look first.
+    """
+    if subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                      capture_output=True, text=True, check=True, cwd=ROOT).stdout.strip():  # fmt: skip
+        session.error("commit or stash your changes first: records name the commit they ran at")
+    _environment(session)
+    env = {"TILEBOOK_MODE": "gpu", "TILEBOOK_RECORD_DIR": str(RECORDS)}
+    session.run(_bin("python"), "benchmarks/run_all.py", env=env, external=True)
+    built = BUILD_HTML.parent / "records"
+    shutil.rmtree(built, ignore_errors=True)
+    shutil.rmtree(ROOT / "docs" / "lessons", ignore_errors=True)  # every lesson runs
+    _sphinx(session, {"TILEBOOK_MODE": "gpu", "TILEBOOK_RECORD_DIR": str(built)})
+    _save_records(session, built)
+    if "--no-commit" in session.posargs:
+        return
+    session.run("git", "add", str(RECORDS), external=True)
+    session.run(
+        "git", "commit", "-q", "-m", "GPU records re-measured (nox -s record)", external=True
+    )  # fmt: skip
