@@ -110,7 +110,8 @@ class _Claim:
 class Claims:
     """The claims one part of a lesson makes, each checked when it is stated.
 
-    ``source`` is the record (or anything with a ``caption()``) the claims are
+    ``source`` is the record (or anything with a ``caption()``, or a string that
+    says where the data come from, e.g. "compiled ahead of time for sm_90") the claims are
     checked against; None means there is no measurement, and each claim is then
     shown as unchecked rather than asserted.
     """
@@ -150,6 +151,8 @@ class Claims:
         return all(c.holds is not False for c in self.items)
 
     def _caption(self) -> str:
+        if isinstance(self.source, str):
+            return self.source
         cap = getattr(self.source, "caption", None)
         return cap() if callable(cap) else "no record"
 
