@@ -791,6 +791,8 @@ def fused_matmul(
     op
         The name that error messages start with.
 
+    Notes
+    -----
     Differentiable with respect to ``a``, ``b`` and ``bias`` (:class:`MatmulFunction`,
     or for an activation :class:`tilebook.ops.linear_act.LinearActFunction`).
     """
