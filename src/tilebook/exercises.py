@@ -467,7 +467,12 @@ def _unwritten_finding(unwritten, block) -> Finding:
     count = _count(unwritten)
     flat = unwritten.reshape(-1)
     hint = ""
-    if count == n:
+    if count == n and isinstance(block, int) and n < block:
+        hint = (
+            "Nothing was stored: did any program run?  A grid of n // BLOCK programs "
+            "is empty when n < BLOCK; use triton.cdiv(n, BLOCK)."
+        )
+    elif count == n:
         hint = "Nothing was stored: does the kernel store into out (tl.store(out_ptr + ...))?"
     elif unwritten.dim() == 1 or isinstance(block, int):
         idx = flat.nonzero().flatten()

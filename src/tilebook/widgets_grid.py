@@ -533,7 +533,12 @@ def ownership_figure(
         raise ValueError(f"ownership_figure() draws 1-D or 2-D maps, got {ids.ndim}-D")
     grid = ids[None, :] if ids.ndim == 1 else ids
     shown = np.ma.masked_less(grid, 0)
-    cmap = ListedColormap([PALETTE[i % 4] for i in range(4)])
+
+    def light(hex_colour):  # the palette mixed with white, so that labels stay legible
+        rgb = np.array([int(hex_colour[i : i + 2], 16) for i in (1, 3, 5)]) / 255
+        return tuple(0.45 * rgb + 0.55)
+
+    cmap = ListedColormap([light(PALETTE[i]) for i in range(4)])
     with house_style():
         height = 1.6 if ids.ndim == 1 else max(2.5, min(6.0, 7.0 * grid.shape[0] / grid.shape[1]))
         fig, ax = plt.subplots(figsize=(7.0, height))
@@ -541,17 +546,17 @@ def ownership_figure(
         ax.add_patch(
             plt.Rectangle(
                 (-0.5, -0.5), grid.shape[1], grid.shape[0], hatch="////",
-                facecolor="none", edgecolor="#B3261E", linewidth=0,
+                facecolor="none", edgecolor="#B3261E", linewidth=0, zorder=1,
             )
         )  # fmt: skip
         ax.imshow(
             shown % 4, cmap=cmap, aspect="auto", interpolation="nearest", vmin=0, vmax=3,
-            alpha=0.75,
+            zorder=2,
         )  # fmt: skip
         if ids.ndim == 1:
             for p in np.unique(ids[ids >= 0]):
                 where = np.flatnonzero(ids == p)
-                ax.text(where.mean(), 0, str(p), ha="center", va="center", fontsize=8)
+                ax.text(where.mean(), 0, str(p), ha="center", va="center", fontsize=8, zorder=3)
             ax.set_yticks([])
             ax.set_xlabel("element")
         else:
@@ -563,11 +568,11 @@ def ownership_figure(
                         text = str(v) if v >= 0 else "none"
                         y = i + (min(bm, grid.shape[0] - i) - 1) / 2
                         x = j + (min(bn, grid.shape[1] - j) - 1) / 2
-                        ax.text(x, y, text, ha="center", va="center", fontsize=8)
+                        ax.text(x, y, text, ha="center", va="center", fontsize=8, zorder=3)
                 for i in range(bm, grid.shape[0], bm):
-                    ax.axhline(i - 0.5, color="white", linewidth=1)
+                    ax.axhline(i - 0.5, color="white", linewidth=1, zorder=3)
                 for j in range(bn, grid.shape[1], bn):
-                    ax.axvline(j - 0.5, color="white", linewidth=1)
+                    ax.axvline(j - 0.5, color="white", linewidth=1, zorder=3)
             ax.set_xlabel("column")
             ax.set_ylabel("row")
         ax.set_title(title or f"which {label} wrote each element")
