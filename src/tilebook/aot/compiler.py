@@ -246,6 +246,40 @@ def _disassemble(cubin: bytes) -> tuple[str, lines.LineMap, str]:
     raise AotError("could not disassemble the cubin:\n" + "\n".join(errors))
 
 
+def _code(sass: str) -> list[str]:
+    return [line.strip() for line in sass.splitlines() if lines.SASS_INSTRUCTION.match(line)]
+
+
+def _sass_lines_without_asm_locs(
+    ptx: str, sass: str, arch: int, options: dict[str, Any]
+) -> lines.LineMap | None:
+    """The SASS line map when the PTX numbers the lines of its inline asm.
+
+    ``ptxas`` reads its line table from the PTX's ``.loc`` lines, so where
+    LLVM numbered the lines of an inline-asm block on from the block's own
+    line (see :func:`tilebook.aot.lines.without_inline_asm_locs`), the SASS of
+    a vector load names the Python lines after the load.  The PTX without
+    those ``.loc`` lines goes through the backend's ``make_cubin`` (same
+    ``ptxas``, same flags); its line table is used when its instructions are
+    Triton's, one for one.  ``None`` when there was nothing to correct or the
+    code differs.
+    """
+    clean = lines.without_inline_asm_locs(ptx)
+    if clean == ptx:
+        return None
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import make_backend
+
+    backend = make_backend(GPUTarget("cuda", arch, 32))
+    opts = backend.parse_options(dict(options))
+    with contextlib.redirect_stdout(io.StringIO()):
+        cubin = backend.make_cubin(clean, {}, opts, arch)
+    text, line_map, tool = _disassemble(cubin)
+    if tool != "nvdisasm" or _code(text) != _code(sass):
+        return None
+    return line_map
+
+
 # ------------------------------------------------------------------- compiling
 
 
@@ -338,6 +372,9 @@ def compile_here(
         "ptx": lines.ptx_line_map(stages["ptx"]),
     }
     stages["sass"], line_map["sass"], disassembler = _disassemble(k.asm["cubin"])
+    fixed = _sass_lines_without_asm_locs(stages["ptx"], stages["sass"], arch, opts)
+    if fixed is not None:
+        line_map["sass"] = fixed
     sites = lines.llvm_call_sites(stages["llir"])
     for stage in ("ptx", "sass"):
         line_map[stage] = lines.add_call_sites(line_map[stage], sites)

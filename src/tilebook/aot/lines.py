@@ -9,7 +9,12 @@ Every stage carries the source locations that Triton threads through it:
 * LLVM IR: ``!dbg !N`` on each instruction, ``!N = !DILocation(line:, scope:,
   inlinedAt:)`` with the file on the scope's ``DIFile``;
 * PTX: ``.loc file line column`` (with ``inlined_at file line column`` for an
-  inlined helper), in force until the next ``.loc``;
+  inlined helper), in force until the next ``.loc``.  Inside an inline-asm
+  block (Triton writes its loads and stores as inline asm) the LLVM of Triton
+  3.8 and 3.9 (not 3.6) writes a ``.loc`` before every line of the asm,
+  numbered on from the block's own line: a vector load of four lines claims
+  the three Python lines after its own.  Only the block's first ``.loc`` is true;
+  :func:`without_inline_asm_locs` removes the others;
 * SASS: ``nvdisasm -gi`` prints ``//## File "...", line N inlined at ...``
   before the instructions of that line.
 
@@ -33,6 +38,7 @@ __all__ = [
     "mlir_line_map",
     "ptx_line_map",
     "sass_line_map",
+    "without_inline_asm_locs",
 ]
 
 Loc = tuple[str, int]
@@ -210,16 +216,60 @@ def _ptx_is_instruction(stripped: str) -> bool:
     )
 
 
+_PTX_ASM_BEGIN = "// begin inline asm"
+_PTX_ASM_END = "// end inline asm"
+
+
+def _numbered_asm_locs(lines: list[str]) -> set[int]:
+    """Indices of the ``.loc`` lines after the first inside each inline-asm block."""
+    out, inside, seen = set(), False, False
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if stripped == _PTX_ASM_BEGIN:
+            inside, seen = True, False
+        elif stripped == _PTX_ASM_END:
+            inside = False
+        elif inside and _PTX_LOC.match(line):
+            if seen:
+                out.add(i)
+            seen = True
+    return out
+
+
+def without_inline_asm_locs(text: str) -> str:
+    """The PTX without the ``.loc`` lines after the first inside each inline-asm block.
+
+    LLVM numbers the lines of an inline-asm block on from the block's own
+    ``.loc``, so ``ptxas`` would give the instructions of a four-line vector
+    load to the three Python lines after it.  Line information does not change
+    the code ``ptxas`` makes, so this text assembles to the same instructions
+    with the right source lines.  Returns ``text`` itself when there is nothing
+    to remove.
+    """
+    lines = text.splitlines(keepends=True)
+    drop = _numbered_asm_locs(lines)
+    if not drop:
+        return text
+    return "".join(line for i, line in enumerate(lines) if i not in drop)
+
+
 def ptx_line_map(text: str) -> LineMap:
-    """Source lines of each PTX instruction: the ``.loc`` in force above it."""
+    """Source lines of each PTX instruction: the ``.loc`` in force above it.
+
+    Inside an inline-asm block only the block's first ``.loc`` counts (see
+    :func:`without_inline_asm_locs`).
+    """
     lines = text.splitlines()
     files = {}
     for line in lines:
         if m := _PTX_FILE.match(line):
             files[m.group(1)] = os.path.normpath(m.group(2))
+    numbered = _numbered_asm_locs(lines)
     result: LineMap = []
     current: tuple[Loc, ...] = ()
     for number, line in enumerate(lines, 1):
+        if number - 1 in numbered:
+            continue
         if m := _PTX_LOC.match(line):
             locs = set()
             if m.group(1) in files:
