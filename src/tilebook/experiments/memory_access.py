@@ -51,6 +51,7 @@ __all__ = [
     "WarpAccess",
     "predicted_ratio",
     "scale_2d",
+    "scale_2d_args",
     "scale_2d_kernel",
     "specialization",
     "strided_copy",
@@ -195,15 +196,35 @@ def scale_2d(
     m, n = x.shape
     if m and n:
         grid = (triton.cdiv(m, bm), triton.cdiv(n, bn))
-        strides = (*x.stride(), *out.stride())
-        scale_2d_kernel[grid](
-            x, out, m, n, *strides, float(alpha), BLOCK_M=bm, BLOCK_N=bn, num_warps=NUM_WARPS
-        )
+        args = scale_2d_args(x, out, alpha)
+        scale_2d_kernel[grid](**args, BLOCK_M=bm, BLOCK_N=bn, num_warps=NUM_WARPS)
     return out
 
 
+def scale_2d_args(x: torch.Tensor, out: torch.Tensor, alpha: float) -> dict[str, Any]:
+    """The runtime arguments :func:`scale_2d` passes to :func:`scale_2d_kernel`, by name.
+
+    Feed them to :func:`specialization` to compile what a launch on ``x`` runs.
+    """
+    m, n = x.shape
+    return {
+        "x_ptr": x,
+        "out_ptr": out,
+        "M": m,
+        "N": n,
+        "stride_xm": x.stride(0),
+        "stride_xn": x.stride(1),
+        "stride_om": out.stride(0),
+        "stride_on": out.stride(1),
+        "alpha": float(alpha),
+    }
+
+
 def specialization(
-    kernel_args: dict[str, Any], *, constexprs: dict[str, Any] | None = None
+    kernel_args: dict[str, Any],
+    *,
+    constexprs: dict[str, Any] | None = None,
+    do_not_specialize: Sequence[str] = (),
 ) -> dict[str, Any]:
     """What Triton learns from one launch's arguments, as compile-job options.
 
@@ -214,8 +235,13 @@ def specialization(
     Returns ``{"signature", "constexprs", "divisible_by_16"}`` for
     :func:`tilebook.aot.compile_kernel` or a job of
     :func:`tilebook.aot.compile_many`.  Meta tensors (``device="meta"``) stand in
-    for large ones: their addresses count from zero.
+    for large ones: their addresses count from zero.  Arguments named in
+    ``do_not_specialize`` are compiled as Triton's ``@triton.jit(do_not_specialize=...)``
+    compiles them: as plain ``"i32"``, with nothing known of their value.
     """
+    unknown = set(do_not_specialize) - set(kernel_args)
+    if unknown:
+        raise ValueError(f"specialization(): do_not_specialize names unknown {sorted(unknown)}")
     signature: dict[str, str] = {}
     consts: dict[str, Any] = dict(constexprs or {})
     divisible: list[str] = []
@@ -235,7 +261,9 @@ def specialization(
         elif isinstance(value, bool):
             raise TypeError(f"specialization(): {name} is a bool; pass it in constexprs")
         elif isinstance(value, int):
-            if value == 1:
+            if name in do_not_specialize:
+                signature[name] = "i32"
+            elif value == 1:
                 consts[name] = 1
             else:
                 signature[name] = "i32"
@@ -285,6 +313,11 @@ class WarpAccess:
     def efficiency(self) -> float:
         """Useful bytes over bytes fetched (1.0: every fetched byte was asked for)."""
         return self.useful_bytes / self.fetched_bytes if self.sectors else 1.0
+
+    def as_row(self) -> dict[str, Any]:
+        """The fields and ``fetched_bytes`` and ``efficiency``, as a dict (a table row)."""
+        row = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        return {**row, "fetched_bytes": self.fetched_bytes, "efficiency": self.efficiency}
 
 
 def _positive_int(name: str, value: Any) -> int:
@@ -389,21 +422,33 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def _launch_copy(kernel, x: torch.Tensor, out: torch.Tensor):
+    """The launch of a strided copy, without the launcher's checks (host time is timed too)."""
+    n = x.numel()
+    grid = (triton.cdiv(n, BLOCK_SIZE),)
+    stride = x.stride(0)
+    return lambda: kernel[grid](x, out, n, stride, BLOCK_SIZE=BLOCK_SIZE, num_warps=NUM_WARPS)
+
+
 def strides(
     strides: Sequence[int] = STRIDES,
     n: int = STRIDE_N,
     *,
     dtype: torch.dtype = torch.float32,
+    kernel: Any = strided_copy_kernel,
     **timing: Any,
 ) -> list[dict[str, Any]]:
-    """:func:`strided_copy` of ``n`` elements read at each stride, in interleaved rounds.
+    """A strided copy of ``n`` elements read at each stride, in interleaved rounds.
 
-    All strides read views of one buffer of ``n * max(strides)`` elements and
-    write one output.  One row per stride: ``stride``, ``n``, ``dtype``,
-    ``itemsize`` and the timing fields; GB/s count the bytes the copy needs,
-    ``n`` elements read and ``n`` written, whatever the stride: what is lost to
-    the stride shows as a lower rate.  ``timing`` goes to
-    :func:`tilebook.bench.compare`.
+    ``kernel`` (default :func:`strided_copy_kernel`; a lesson passes its own
+    copy of it, so that the measurement reuses the binaries its checks
+    compiled) is launched as :func:`strided_copy` launches it.  All strides
+    read views of one buffer of ``n * max(strides)`` elements and write one
+    output; each is checked bit for bit before it is timed.  One row per
+    stride: ``stride``, ``n``, ``dtype``, ``itemsize`` and the timing fields.
+    GB/s count the bytes the copy needs, ``n`` elements read and ``n``
+    written, whatever the stride: what the stride wastes shows as a lower
+    rate.  ``timing`` goes to :func:`tilebook.bench.compare`.
     """
     strides = list(strides)
     if not strides or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in strides):
@@ -411,14 +456,15 @@ def strides(
     dev = runtime.device()
     base = torch.randn(n * max(strides), device=dev).to(dtype)
     out = torch.empty(n, device=dev, dtype=dtype)
+    _check_offsets("strides()", base)
     impls = {}
     for s in strides:
         x = base[::s][:n]
-        fn = lambda x=x: strided_copy(x, out)
+        fn = _launch_copy(kernel, x, out)
         out.fill_(float("nan"))
         fn()  # compiles happen here, never inside the timing
         if not torch.equal(out, x):
-            raise AssertionError(f"strided_copy at stride {s} did not copy its input")
+            raise AssertionError(f"the strided copy at stride {s} did not copy its input")
         impls[str(s)] = fn
     item = torch.empty((), dtype=dtype).element_size()
     timed = compare(impls, bytes_moved=2 * n * item, **timing)
@@ -449,28 +495,37 @@ def views(
     *,
     alpha: float = 2.0,
     dtype: torch.dtype = torch.float32,
+    kernel: Any = scale_2d_kernel,
     **timing: Any,
 ) -> list[dict[str, Any]]:
-    """:func:`scale_2d` and ``torch.mul`` on each view of :func:`view_inputs`.
+    """``kernel`` (default :func:`scale_2d_kernel`, launched as :func:`scale_2d`
+    launches it) and ``torch.mul`` on each view of :func:`view_inputs`.
 
-    Everything is timed in the same interleaved rounds.  One row per (view,
-    implementation): ``view``, ``impl`` (``"kernel"`` or ``"torch.mul"``), ``m``,
-    ``n``, ``dtype`` and the timing fields; GB/s count ``m * n`` elements read
-    and as many written.
+    Each is checked bit for bit first (``alpha`` is a power of two, so the
+    product is exact), then everything is timed in the same interleaved
+    rounds.  One row per (view, implementation): ``view``, ``impl``
+    (``"kernel"`` or ``"torch.mul"``), ``m``, ``n``, ``dtype`` and the timing
+    fields; GB/s count ``m * n`` elements read and as many written.
     """
     m, n = shape
     inputs = view_inputs(m, n, dtype=dtype)
     out = torch.empty(m, n, device=runtime.device(), dtype=dtype)
+    _check_offsets("views()", *inputs.values())
+    bm, bn = BLOCK
+    grid = (triton.cdiv(m, bm), triton.cdiv(n, bn))
     impls = {}
     for name, x in inputs.items():
+        args = scale_2d_args(x, out, alpha)
         fns = {
-            "kernel": lambda x=x: scale_2d(x, alpha, out),
+            "kernel": lambda args=args: kernel[grid](
+                **args, BLOCK_M=bm, BLOCK_N=bn, num_warps=NUM_WARPS
+            ),
             "torch.mul": lambda x=x: torch.mul(x, alpha, out=out),
         }
         for impl, fn in fns.items():
             out.fill_(float("nan"))
             fn()
-            if not torch.equal(out, x * alpha):  # a power of two: exact
+            if not torch.equal(out, x * alpha):
                 raise AssertionError(f"{impl} on the {name} view is wrong")
             impls[f"{name}|{impl}"] = fn
     item = torch.empty((), dtype=dtype).element_size()

@@ -1,0 +1,720 @@
+"""
+04. Pointers, masks and strides: how a tile finds its data
+==========================================================
+
+A Triton kernel never holds a tensor.  It receives the address of the first
+element and computes the address of every element it touches, a whole tile of
+them at a time.  This lesson is about that arithmetic: the mask that keeps a
+tile inside its tensor, the strides that let one kernel read any view of a
+tensor, the order of the addresses, which decides how much of what memory
+delivers is used, and the Hopper way of handing the whole computation to a
+copy engine.
+
+.. rubric:: You will learn
+
+- what ``tl.load`` and ``tl.store`` do with ``mask`` and ``other``, and what a
+  missing mask does (shown without touching memory the lesson does not own);
+- pointer arithmetic: a pointer plus a tensor of offsets is a tensor of
+  pointers, counted in elements;
+- 2-D tiles from broadcast offsets times strides, and why the same kernel then
+  works on transposed and sliced views;
+- what :term:`coalesced` and uncoalesced reads cost, counted in sectors and
+  measured;
+- how Triton learns which axis is contiguous, read from the compiled code;
+- block pointers and tensor descriptors, the Hopper way to say the same thing.
+
+The lesson's kernels live in :mod:`tilebook.experiments.memory_access`
+(:func:`tilebook.experiments.memory_access.scale_2d`); the exercises' checker
+is :func:`tilebook.exercises.check`.
+"""
+
+# %%
+# Setting up
+# ----------
+# Importing :mod:`tilebook` first decides whether kernels run on a CUDA GPU or
+# through Triton's interpreter on the CPU (lesson 01).
+
+import tilebook
+
+import itertools
+import warnings
+
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from tilebook.aot import compile_many
+from tilebook.bench import record_or_measure
+from tilebook.check import CorrectnessReport
+from tilebook.claims import Claims, speedup
+from tilebook.experiments import memory_access as experiment
+from tilebook.plots import plot_record
+from tilebook.prose import say
+from tilebook.tables import table
+from tilebook.widgets_memory import CoalescingExplorer
+
+print(tilebook.banner())
+DEVICE = tilebook.device()
+NO_RECORD = say(
+    "No GPU measurement of this is committed yet: run the lesson on a CUDA GPU."
+)
+
+# %%
+# A load, a mask and ``other``
+# ----------------------------
+# ``tl.load(pointers, mask=..., other=...)`` takes a *tensor of pointers*,
+# one per element of the tile, and returns a tensor of the same shape.  Where
+# ``mask`` is False the lane touches no memory and its value is ``other``.
+# ``tl.store(pointers, value, mask=...)`` writes only where the mask is True.
+# This kernel loads one block of ``BLOCK`` elements from a tensor of ``n``,
+# with or without a mask (a ``constexpr``: each value compiles its own
+# kernel), and stores the whole block.
+
+
+@triton.jit
+def load_block_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, MASKED: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    if MASKED:
+        x = tl.load(x_ptr + offsets, mask=offsets < n, other=-1.0)
+    else:
+        x = tl.load(x_ptr + offsets)
+    tl.store(out_ptr + offsets, x)
+
+
+# %%
+# What lies past the end
+# ~~~~~~~~~~~~~~~~~~~~~~
+# Triton's interpreter checks no bounds: a read past the end of a tensor reads
+# whatever the process holds there, and a write past it corrupts it.  So the
+# lesson never lets a kernel past memory it owns.  ``x`` and ``neighbour`` are
+# two views of *one* allocation, side by side, as PyTorch's caching allocator
+# often places two tensors on a GPU; the block is longer than ``x``.
+
+BLOCK, n = 8, 5
+memory = torch.arange(1.0, 1 + n + BLOCK, device=DEVICE)
+x, neighbour = memory[:n], memory[n:]
+out = torch.zeros(BLOCK, device=DEVICE)
+print("x:                    ", x.tolist())
+load_block_kernel[(1,)](x, out, n, BLOCK=BLOCK, MASKED=True)
+print("masked, other=-1:     ", out.tolist())
+load_block_kernel[(1,)](x, out, n, BLOCK=BLOCK, MASKED=False)
+print("no mask:              ", out.tolist())
+
+# %%
+# With the mask, the lanes past the end hold ``other``.  Without it they hold
+# the neighbour's first elements: no error, no warning, a wrong answer.  On a
+# GPU the same read lands in another tensor, or in memory that is not mapped,
+# and then the kernel dies with an illegal address (and takes the CUDA context
+# with it).  Stores are worse.  Give the kernel an output of ``n`` elements with
+# a tensor right after it, and the unmasked store writes into that tensor:
+
+out_memory = torch.zeros(n + BLOCK, device=DEVICE)
+out, after_out = out_memory[:n], out_memory[n:]
+load_block_kernel[(1,)](x, out, n, BLOCK=BLOCK, MASKED=True)
+print("out:                  ", out.tolist())
+print("the tensor after out: ", after_out.tolist())
+print("elements overwritten: ", int((after_out != 0).sum()))
+
+# %%
+# The rule: every lane that may fall outside the tensor needs a mask on its
+# loads and on its stores.  ``other`` matters when the masked values flow into
+# something (a sum needs ``0``, a maximum ``-inf``).  The exercises' checker,
+# :func:`tilebook.exercises.check`, keeps a kernel's tensors in guarded,
+# poisoned buffers: a missing mask shows as a finding, not as corruption.
+#
+# Pointer arithmetic and strides
+# ------------------------------
+# A tensor argument arrives as a pointer to its first element, typed with its
+# dtype: ``x_ptr + 3`` is three *elements* further, whatever their size, and
+# ``x_ptr + offsets`` is a tensor of pointers.  A view is the same memory with
+# a different first element and different strides: ``base[2::5]`` starts two
+# elements into ``base`` and takes every fifth.  Its pointer is ``base``'s plus
+# two elements, and the kernel must be told the stride, which it multiplies
+# into the offsets:
+
+
+@triton.jit
+def strided_copy_kernel(x_ptr, out_ptr, n, stride, BLOCK_SIZE: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets * stride, mask=mask)
+    tl.store(out_ptr + offsets, x, mask=mask)
+
+
+def strided_copy(x, block_size=1024):
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    grid = (triton.cdiv(x.numel(), block_size),)
+    strided_copy_kernel[grid](x, out, x.numel(), x.stride(0), BLOCK_SIZE=block_size)
+    return out
+
+
+base = torch.arange(24.0, device=DEVICE)
+view = base[2::5]
+print("view:", view.tolist(), " stride:", view.stride(0))
+print("its pointer is", view.data_ptr() - base.data_ptr(), "bytes past base's")
+print("copied:", strided_copy(view).tolist())
+
+# %%
+# Checked against float64 on lengths that are not multiples of the block.
+# ``@triton.jit`` compiles one kernel for a stride of one, one for multiples
+# of 16 and one for the rest (lesson 02); these strides and lengths compile
+# the three that the measurement below runs.
+
+copy_report = CorrectnessReport("strided copy vs float64")
+for stride in (1, 2, 16):
+    for length in (1040, 4112):
+        src = torch.randn(length * stride, device=DEVICE)[::stride]
+        copy_report.check(
+            f"n={length} stride={stride}", strided_copy(src), src.double()
+        )
+copy_report.assert_ok()
+
+# %%
+# Coalesced and uncoalesced reads
+# -------------------------------
+# The threads of a :term:`warp` execute a load together, each lane with its
+# own address.  Memory does not deliver single elements: from :term:`HBM`
+# through the :term:`L2` cache to an :term:`SM` it moves 32-byte *sectors*, and
+# a warp's load costs the sectors its addresses fall in.  When neighbouring
+# lanes read neighbouring elements the load is :term:`coalesced`: a warp
+# reading float32 fills whole sectors, and every byte delivered is used.  At a
+# stride of two elements only every other element of each sector is wanted;
+# from eight float32 elements on, each element sits in a sector of its own.
+# :func:`tilebook.experiments.memory_access.warp_access` counts the sectors of
+# one warp's load, and :func:`~tilebook.experiments.memory_access.predicted_ratio`
+# what that predicts for the strided copy, which reads at the stride and
+# writes contiguously.
+#
+# :func:`tilebook.experiments.memory_access.strides` measures it: the kernel
+# above copies ``experiment.STRIDE_N`` float32 elements read at each stride,
+# all strides in the same interleaved rounds.  GB/s count the bytes the copy needs, one read
+# and one write per element, so what the stride wastes shows as a lower rate.
+
+sweep = record_or_measure(
+    "lesson04_strides",
+    "strided copy, float32: GB/s by stride",
+    lambda: experiment.strides(kernel=strided_copy_kernel),
+)
+plot_record(
+    sweep,
+    x="stride",
+    y="gbps",
+    logx=True,
+    xlabel="stride of the reads (elements)",
+    ylabel="GB/s (bytes the copy needs)",
+    ceiling=sweep.provenance["copy_gbps"] if sweep else None,
+    ceiling_label="device-to-device copy",
+    name="lesson04_strides",
+)
+
+# %%
+# The model beside the measurement (one warp loading one float32 per lane; the
+# rates as a share of the rate at stride one):
+
+F32 = torch.float32.itemsize
+by_stride = {r["stride"]: r for r in sweep.rows} if sweep else {}
+
+
+def measured_ratio(stride):
+    return by_stride[stride]["gbps"] / by_stride[1]["gbps"]
+
+
+table(
+    [experiment.warp_access(s, F32).as_row() for s in experiment.STRIDES],
+    {
+        "stride": "stride",
+        "sectors per warp": "sectors",
+        "bytes used": lambda a: f"{a['useful_bytes']} of {a['fetched_bytes']}",
+        "predicted": lambda a: f"{experiment.predicted_ratio(a['stride'], F32):.0%}",
+        "measured": lambda a: (
+            f"{measured_ratio(a['stride']):.0%}" if a["stride"] in by_stride else "n/a"
+        ),
+    },
+    caption=sweep.caption() if sweep else "no GPU record of the sweep yet",
+)
+
+# %%
+# What the table says, checked on its data.  The strides up to one element per
+# sector are those where the predicted rate still falls; past them the model
+# counts the same sectors per element.
+
+SLACK = 0.1  # the measured rate may exceed the prediction by this much at most
+within_sector = [s for s in experiment.STRIDES if s * F32 <= experiment.SECTOR_BYTES]
+steps = list(itertools.pairwise(within_sector))
+slower = {s: speedup(by_stride[1], r) for s, r in by_stride.items() if s > 1}
+above = {s: measured_ratio(s) / experiment.predicted_ratio(s, F32) for s in by_stride}
+claims = Claims("04 pointers, masks and strides", sweep)
+claims.check(
+    "Every stride above one copies more slowly than stride one",
+    bool(slower) and all(c.faster for c in slower.values()),
+    "; ".join(c.evidence("stride 1", f"stride {s}") for s, c in slower.items()),
+)
+claims.check(
+    "Up to one element per sector, each doubling of the stride slows the copy",
+    bool(by_stride)
+    and all(speedup(by_stride[a], by_stride[b]).faster for a, b in steps),
+    ", ".join(f"{a} to {b}" for a, b in steps),
+)
+claims.check(
+    "No stride copies faster than its sectors allow",
+    bool(above) and max(above.values()) <= 1 + SLACK,
+    ", ".join(f"stride {s}: {v:.2f} of the prediction" for s, v in above.items()),
+)
+claims
+
+# %%
+# Turning the knobs
+# ~~~~~~~~~~~~~~~~~
+# One square per sector of one warp's load, filled with the share the program
+# asked for.  The knobs: stride, dtype, elements per thread, and the mask (the
+# tensor ends inside the warp's tile).  Reads past the end are flagged
+# *wrong*, using less than ``SLOW`` of what is fetched *slow*; for float32,
+# each stride also shows the rate measured above.
+
+SLOW = 0.75
+CoalescingExplorer(sweep, slow_below=SLOW)
+
+# %%
+# 2-D tiles from strides
+# ----------------------
+# A matrix tile is addressed the same way, with two vectors of offsets.
+# ``rows[:, None]`` is a column (shape ``BLOCK_M x 1``) and ``cols[None, :]``
+# a row (``1 x BLOCK_N``); any arithmetic between them *broadcasts* to the
+# whole tile, ``BLOCK_M x BLOCK_N``.  Element ``(i, j)`` of a tensor with
+# strides ``(stride_m, stride_n)`` is at ``i * stride_m + j * stride_n``, and
+# a transposed or sliced view is only other strides and another first element.
+# :func:`tilebook.experiments.memory_access.view_inputs` makes three views of
+# one shape; the offsets of their top-left corners:
+
+SHAPE = tilebook.pick(gpu=(1040, 3088), cpu=(40, 72))
+views = experiment.view_inputs(*SHAPE)
+for name, v in views.items():
+    sm, sn = v.stride()
+    print(f"{name}: strides {v.stride()}, first element at {v.storage_offset()}")
+    print(torch.arange(3)[:, None] * sm + torch.arange(4)[None, :] * sn)
+
+# %%
+# The kernel takes both strides of its input and of its output, so it reads
+# any of these views and writes any layout.  ``mask`` is the outer product of
+# a row mask and a column mask: a tile on the bottom or right edge keeps only
+# its lanes inside the matrix.
+
+
+@triton.jit
+def scale_2d_kernel(
+    x_ptr,
+    out_ptr,
+    M,
+    N,
+    stride_xm,
+    stride_xn,
+    stride_om,
+    stride_on,
+    alpha,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    x = tl.load(
+        x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask
+    )
+    out = out_ptr + rows[:, None] * stride_om + cols[None, :] * stride_on
+    tl.store(out, x * alpha, mask=mask)
+
+
+def scale_2d(x, alpha, kernel=scale_2d_kernel, block_m=64, block_n=64):
+    M, N = x.shape
+    out = torch.empty(M, N, dtype=x.dtype, device=x.device)
+    grid = (triton.cdiv(M, block_m), triton.cdiv(N, block_n))
+    strides = (*x.stride(), *out.stride())
+    kernel[grid](x, out, M, N, *strides, alpha, BLOCK_M=block_m, BLOCK_N=block_n)
+    return out
+
+
+ALPHA = 2.5
+report = CorrectnessReport("scale_2d vs float64")
+for name, v in views.items():
+    report.check(name, scale_2d(v, ALPHA), ALPHA * v.double())
+dtypes = [torch.float16] + ([torch.bfloat16] if tilebook.is_gpu() else [])
+for dtype in dtypes:
+    v = views["contiguous"].to(dtype)
+    report.check("contiguous", scale_2d(v, ALPHA), ALPHA * v.double())
+report.assert_ok()
+
+# %%
+# The shapes are ragged (neither is a multiple of the tile); bfloat16 is
+# checked on a GPU only, since the interpreter computes it wrongly.
+#
+# Right on every view, but fast on every view?  In the transposed view,
+# neighbouring elements of a row are ``M`` elements apart: read along the rows,
+# that is the stride sweep's worst case.
+# :func:`tilebook.experiments.memory_access.views` times the kernel on each
+# view of a float32 matrix of ``experiment.VIEW_SHAPE``, and ``torch.mul`` on
+# the same views, all in one set of interleaved rounds.
+
+measured = record_or_measure(
+    "lesson04_views",
+    "scale_2d, float32: GB/s by view",
+    lambda: experiment.views(kernel=scale_2d_kernel),
+)
+
+
+def cell(view, impl="kernel"):
+    return measured.one(view=view, impl=impl)
+
+
+def versus(r):
+    vs = speedup(r, cell(r["view"], "torch.mul"))
+    return "tie" if vs.tied else ("ahead" if vs.faster else "behind")
+
+
+(
+    table(
+        measured.select(impl="kernel"),
+        {
+            "view": "view",
+            "kernel GB/s": ("gbps", "{:,.0f}"),
+            "of the copy": lambda r: (
+                f"{r['gbps'] / measured.provenance['copy_gbps']:.0%}"
+            ),
+            "torch.mul GB/s": lambda r: f"{cell(r['view'], 'torch.mul')['gbps']:,.0f}",
+            "kernel vs torch.mul": versus,
+        },
+        caption=measured.caption(),
+    )
+    if measured
+    else NO_RECORD
+)
+
+# %%
+# Checked on the data above.  *Keeps its speed* means at least ``KEEPS`` of
+# the contiguous view's rate.
+
+KEEPS = 0.5
+rates = {v: cell(v)["gbps"] for v in experiment.VIEWS} if measured else {}
+frac = {v: r / rates["contiguous"] for v, r in rates.items()}
+view_claims = Claims("04 pointers, masks and strides", measured)
+view_claims.check(
+    "On the transposed view the kernel keeps its speed",
+    bool(frac) and frac["transposed"] >= KEEPS,
+    ", ".join(f"{v}: {f:.0%} of contiguous" for v, f in frac.items()),
+)
+if by_stride:
+    worst = within_sector[-1]
+    view_claims.check(
+        "On the transposed view it beats the copy that reads one element per sector",
+        bool(frac) and frac["transposed"] > measured_ratio(worst),
+        f"the copy at stride {worst}: {measured_ratio(worst):.0%} of stride one",
+    )
+view_claims
+
+# %%
+# Block pointers and tensor descriptors
+# -------------------------------------
+# Two more ways exist to say "this tile of this strided tensor".  A *block
+# pointer* (``tl.make_block_ptr``) bundles base, shape, strides, the tile's
+# offsets and shape into one value; ``boundary_check`` replaces the mask.  A
+# *tensor descriptor* says the same once, on the host
+# (``triton.tools.tensor_descriptor.TensorDescriptor``, as lesson 09 uses it)
+# or in the kernel (``tl.make_tensor_descriptor``, exercise 6), and
+# ``desc.load([row, col])`` returns the tile, with zeros where it leaves the
+# tensor.  On Hopper a descriptor is what the :term:`TMA` copy engine reads.
+
+
+@triton.jit
+def scale_block_ptr_kernel(
+    x_ptr,
+    out_ptr,
+    M,
+    N,
+    stride_xm,
+    stride_xn,
+    stride_om,
+    stride_on,
+    alpha,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    start = (tl.program_id(0) * BLOCK_M, tl.program_id(1) * BLOCK_N)
+    x_tile = tl.make_block_ptr(
+        x_ptr, (M, N), (stride_xm, stride_xn), start, (BLOCK_M, BLOCK_N), (1, 0)
+    )
+    o_tile = tl.make_block_ptr(
+        out_ptr, (M, N), (stride_om, stride_on), start, (BLOCK_M, BLOCK_N), (1, 0)
+    )
+    x = tl.load(x_tile, boundary_check=(0, 1))
+    tl.store(o_tile, x * alpha, boundary_check=(0, 1))
+
+
+@triton.jit
+def scale_descriptor_kernel(
+    x_desc, out_desc, alpha, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
+):
+    start = [tl.program_id(0) * BLOCK_M, tl.program_id(1) * BLOCK_N]
+    out_desc.store(start, x_desc.load(start) * alpha)
+
+
+def scale_descriptor(x, alpha, bm=64, bn=64):
+    M, N = x.shape
+    out = torch.empty(M, N, dtype=x.dtype, device=x.device)
+    x_desc = TensorDescriptor(x, [M, N], list(x.stride()), [bm, bn])
+    out_desc = TensorDescriptor(out, [M, N], list(out.stride()), [bm, bn])
+    grid = (triton.cdiv(M, bm), triton.cdiv(N, bn))
+    scale_descriptor_kernel[grid](x_desc, out_desc, alpha, BLOCK_M=bm, BLOCK_N=bn)
+    return out
+
+
+# %%
+# The block pointer takes any view; the copy engine is stricter.  A descriptor
+# needs a 16-byte aligned base, strides that are multiples of 16 bytes and a
+# last stride of one element, and ``TensorDescriptor`` refuses anything else:
+
+for name, v in views.items():
+    try:
+        TensorDescriptor(v, list(v.shape), list(v.stride()), [64, 64])
+        print(f"{name}: accepted")
+    except AssertionError as refusal:
+        print(f"{name}: refused ({refusal})")
+
+# %%
+# A transposed operand goes through a descriptor of the tensor it is the
+# transpose of, its tile transposed after the load (lesson 09's ``A_T``); a
+# misaligned slice stays with pointers.  Both kernels checked (the interpreter
+# emulates the copy engine, so the descriptor runs on a CPU too; on a GPU it
+# needs Hopper):
+
+# Recent Triton versions deprecate block pointers (see below): no warning here.
+warnings.filterwarnings("ignore", message="tl.make_block_ptr is deprecated")
+ways = CorrectnessReport("block pointers and descriptors vs float64")
+for name, v in views.items():
+    out = scale_2d(v, ALPHA, scale_block_ptr_kernel)
+    ways.check(f"block pointer, {name}", out, ALPHA * v.double())
+if tilebook.is_interpreter() or tilebook.is_hopper():
+    v = views["contiguous"]
+    ways.check("descriptor, contiguous", scale_descriptor(v, ALPHA), ALPHA * v.double())
+ways.assert_ok()
+
+# %%
+# What the compiler made of it
+# ----------------------------
+# Triton writes code from what it knows at compile time (lesson 02): an
+# integer argument equal to one becomes a constant, and arguments divisible by
+# 16 are marked so.  ``stride_xn == 1`` says that a row of the tile is
+# contiguous, so a thread can take neighbouring elements in one wide load.
+# :func:`tilebook.experiments.memory_access.specialization` says what a launch
+# on each view of the measured size tells it (meta tensors stand in for the
+# data), and :func:`tilebook.aot.compile_many` compiles each for an H100 on any
+# machine, with the contiguous view's strides marked ``do_not_specialize``
+# (``strides unknown``), the block pointer and the descriptor.  The counts are
+# :term:`SASS` instructions of one thread.
+
+big = experiment.view_inputs(*experiment.VIEW_SHAPE, device="meta")
+big_out = torch.empty(experiment.VIEW_SHAPE, device="meta")
+TILE = {"BLOCK_M": 64, "BLOCK_N": 64}
+args = {name: experiment.scale_2d_args(v, big_out, ALPHA) for name, v in big.items()}
+jobs = {
+    name: {"kernel": scale_2d_kernel, **experiment.specialization(a, constexprs=TILE)}
+    for name, a in args.items()
+}
+strides = ["stride_xm", "stride_xn", "stride_om", "stride_on"]
+unknown = experiment.specialization(
+    args["contiguous"], constexprs=TILE, do_not_specialize=strides
+)
+jobs["strides unknown"] = {"kernel": scale_2d_kernel, **unknown}
+jobs["block pointer"] = {**jobs["contiguous"], "kernel": scale_block_ptr_kernel}
+desc = {d: "tensordesc<fp32[64, 64]>" for d in ("x_desc", "out_desc")}
+jobs["descriptor"] = {
+    "kernel": scale_descriptor_kernel,
+    "signature": {**desc, "alpha": "fp32"},
+    "constexprs": TILE,
+}
+compiled = compile_many(jobs, arch=90, num_warps=experiment.NUM_WARPS)
+WIDE = "LDG.E.128"
+ops = ("LDG", WIDE, "STG", "STG.E.128", "STS", "UTMALDG", "UTMASTG")
+seen = {
+    name: {**k.instructions(*ops), "shared": k.shared_bytes, "registers": k.registers}
+    for name, k in compiled.items()
+}
+table(
+    [{"kernel": name, **c} for name, c in seen.items()],
+    {
+        "kernel": "kernel",
+        "loads": "LDG",
+        "16-byte loads": WIDE,
+        "stores": "STG",
+        "16-byte stores": "STG.E.128",
+        "TMA loads": "UTMALDG",
+        "shared memory bytes": "shared",
+        "registers": "registers",
+    },
+    caption=f"scale_2d for sm_90, float32, tiles of {TILE}, compiled ahead of time",
+)
+
+# %%
+# Read the rows against what each launch tells the compiler:
+#
+# - **contiguous**: 16-byte loads and stores (``LDG.E.128``, ``STG.E.128``),
+#   four neighbouring elements per instruction.
+# - **transposed**: ``stride_xm == 1``, so *columns* are contiguous.  The
+#   loads run down the columns, 16 bytes wide, the stores along the rows, and
+#   the tile changes hands in between through :term:`shared memory`: both
+#   sides coalesced, for one trip through shared memory, which is how the
+#   transposed view can keep its speed.
+# - **column slice**: its rows start one element past a 16-byte boundary and
+#   its row stride is not a multiple of 16, so no 16-byte load can be proven
+#   aligned: one element per load (the stores, to the contiguous output, stay
+#   wide).
+# - **strides unknown**: nothing says which way is contiguous: every load and
+#   store moves one element, and the addresses take more
+#   :term:`registers <register>`.
+# - **block pointer**: the compiler turns it back into the pointer
+#   arithmetic of the contiguous kernel (recent Triton versions deprecate it
+#   in favour of descriptors).
+# - **descriptor**: no thread loads at all.  ``UTMALDG`` is one instruction for
+#   the whole tile, issued by one thread; the copy engine fills shared memory
+#   and ``UTMASTG`` writes the result back the same way.
+
+AOT = f"compiled ahead of time for sm_90 by Triton {triton.__version__}"
+c, t, s, u, b, d = seen.values()
+code = Claims("04 pointers, masks and strides", AOT)
+code.check(
+    "The contiguous view loads and stores 16 bytes at a time, without shared memory",
+    c[WIDE] == c["LDG"] > 0 and c["STG.E.128"] == c["STG"] and c["shared"] == 0,
+    f"{c[WIDE]} of {c['LDG']} loads are 16-byte",
+)
+code.check(
+    "The transposed view loads 16 bytes at a time too, through shared memory",
+    t[WIDE] == t["LDG"] > 0 and t["shared"] > 0 and t["STS"] > 0,
+    f"{t[WIDE]} of {t['LDG']} loads are 16-byte, {t['shared']} bytes shared",
+)
+code.check(
+    "The column slice and the unknown strides get no 16-byte loads",
+    s[WIDE] == 0 and u[WIDE] == 0 and u["STG.E.128"] == 0,
+    f"{s['LDG']} and {u['LDG']} single loads per thread",
+)
+code.check(
+    "Unknown strides take more registers than the contiguous view",
+    u["registers"] > c["registers"],
+    f"{u['registers']} against {c['registers']}",
+)
+code.check(
+    "The block pointer compiles to the pointer kernel's loads and stores",
+    b["LDG"] == c["LDG"] and b[WIDE] == c[WIDE] and b["UTMALDG"] == 0,
+    f"{b['LDG']} and {c['LDG']} loads per thread",
+)
+code.check(
+    "The descriptor moves its tiles with the copy engine, no thread loads",
+    d["UTMALDG"] > 0 and d["UTMASTG"] > 0 and d["LDG"] == d["STG"] == 0,
+    f"{d['UTMALDG']} UTMALDG, {d['UTMASTG']} UTMASTG",
+)
+code
+
+# %%
+# Whether the copy engine makes a kernel faster is a question for a
+# measurement, not for the SASS.  Lesson 09 measures it where it matters: a
+# matrix product, which keeps tiles in shared memory and reuses them, and
+# whose threads have better things to do than address arithmetic.
+#
+# Try this
+# --------
+#
+# 1. Write ``flip``: ``out[i] = x[n - 1 - i]``.  Check it with
+#    ``print(check_elementwise(my_flip, lambda x: x.flip(0), inputs=1,
+#    block=1024))`` (``from tilebook.exercises import check_elementwise``).
+#
+#    .. dropdown:: Solution
+#
+#       .. code-block:: python
+#
+#          @triton.jit
+#          def flip_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+#              offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+#              mask = offs < n
+#              x = tl.load(x_ptr + (n - 1 - offs), mask=mask)
+#              tl.store(out_ptr + offs, x, mask=mask)
+#
+#          def my_flip(x, out):
+#              n = x.numel()
+#              flip_kernel[(triton.cdiv(n, 1024),)](x, out, n, BLOCK=1024)
+#
+#       The masked lanes compute negative offsets, and the mask keeps them
+#       from touching memory.  The reads stay coalesced: neighbouring lanes
+#       read neighbouring addresses, in descending order.
+#
+# 2. Write a transpose, ``out = x.T``, for any strided ``x``.  Check it on a
+#    transposed input too:
+#
+#    .. code-block:: python
+#
+#       from tilebook.exercises import check
+#       cases = {"contiguous": (torch.randn(70, 45, device=DEVICE),),
+#                "transposed": (torch.randn(45, 70, device=DEVICE).t(),)}
+#       print(check(my_transpose, lambda x: x.t(), cases, block=(64, 64)))
+#
+#    .. dropdown:: Solution
+#
+#       .. code-block:: python
+#
+#          def my_transpose(x, out):
+#              M, N = x.shape
+#              grid = (triton.cdiv(M, 64), triton.cdiv(N, 64))
+#              som, son = out.stride()
+#              scale_2d_kernel[grid](x, out, M, N, *x.stride(), son, som, 1.0,
+#                                    BLOCK_M=64, BLOCK_N=64)
+#
+#       Element ``(i, j)`` of ``x`` goes to ``(j, i)`` of ``out``: give the
+#       kernel the output's strides swapped.  Strides describe any layout,
+#       so the transpose needs no kernel of its own.
+#
+# 3. Delete the ``rows[:, None] < M`` half of the mask in ``scale_2d_kernel``
+#    and check it: ``check(my_scale, lambda x: ALPHA * x, cases, block=(64,
+#    64))``, with shapes with and without a multiple of 64 rows.  What does
+#    the checker report, and why only for some shapes?
+#
+#    .. dropdown:: Solution
+#
+#       The last row of tiles stores rows past the end of ``out``, and the
+#       checker reports writes past the end.  When ``M`` is a multiple of 64
+#       no tile crosses the bottom edge and the missing half is never needed,
+#       which is why ragged sizes are the ones worth testing.  The guards
+#       around each tensor keep the missing mask from corrupting your session.
+#
+# 4. In the explorer, find for each dtype the smallest stride at which every
+#    element costs a whole sector.
+#
+#    .. dropdown:: Solution
+#
+#       A sector holds ``32 / itemsize`` elements: int8 at stride 32, float16
+#       at 16, float32 at 8, float64 at 4.  From there on the efficiency stays
+#       at ``itemsize / 32``.
+#
+# 5. Build the descriptors in the kernel, ``tl.make_tensor_descriptor(base,
+#    shape, strides, tile)``, and check it as in exercise 3.  On a GPU, Triton
+#    needs memory for them: ``triton.set_allocator(lambda size, align,
+#    stream: torch.empty(size, dtype=torch.int8, device="cuda"))``.
+#
+#    .. dropdown:: Solution
+#
+#       .. code-block:: python
+#
+#          @triton.jit
+#          def scale_tma_kernel(x_ptr, out_ptr, M, N, sxm, som, alpha,
+#                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+#              x_desc = tl.make_tensor_descriptor(x_ptr, [M, N], [sxm, 1],
+#                                                 [BLOCK_M, BLOCK_N])
+#              o_desc = tl.make_tensor_descriptor(out_ptr, [M, N], [som, 1],
+#                                                 [BLOCK_M, BLOCK_N])
+#              start = [tl.program_id(0) * BLOCK_M, tl.program_id(1) * BLOCK_N]
+#              o_desc.store(start, x_desc.load(start) * alpha)
+#
+#          def my_scale(x, out):
+#              M, N = x.shape
+#              grid = (triton.cdiv(M, 64), triton.cdiv(N, 64))
+#              scale_tma_kernel[grid](x, out, M, N, x.stride(0), out.stride(0),
+#                                     ALPHA, BLOCK_M=64, BLOCK_N=64)
+#
+#       Rows of the checked shapes must be multiples of 16 bytes (four float32
+#       elements), as the copy engine requires.
