@@ -109,6 +109,7 @@ templates_path = ["_templates"]
 html_favicon = "_static/favicon.svg"
 html_logo = "_static/favicon.svg"
 html_css_files = ["tilebook.css"]
+html_js_files = ["tilebook.js"]
 html_theme_options = {
     "navbar_align": "left",
     "show_toc_level": 2,

@@ -37,9 +37,19 @@ def _seed():
 
 @pytest.fixture(scope="session")
 def built_site(tmp_path_factory):
-    """The site, built once in CPU mode: (html directory, build log)."""
+    """The site, built once in CPU mode: (html directory, build log).
+
+    ``TILEBOOK_BUILT_SITE=<dir>`` (a build's output folder holding ``html/`` and
+    ``build.log``) reuses a site built before, to iterate on the site tests.
+    """
+    from pathlib import Path
+
     from site_build import build_site
 
+    given = os.environ.get("TILEBOOK_BUILT_SITE")
+    if given:
+        root = Path(given)
+        return root / "html", (root / "build.log").read_text()
     return build_site(tmp_path_factory.mktemp("site"))
 
 
@@ -90,6 +100,8 @@ def server(built_site):
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
     httpd.shutdown()
+    httpd.server_close()
+    thread.join(timeout=5)
 
 
 @pytest.fixture

@@ -320,7 +320,7 @@ def _chain_svg(published: dict[str, str], uri) -> str:
             )
     width = 8 + len(CHAIN) * (box_w + gap) - gap
     return (
-        f'<svg class="tb-chain" role="img" viewBox="0 0 {width} {box_h + 16}" '
+        f'<svg class="tb-chain" role="group" viewBox="0 0 {width} {box_h + 16}" '
         f'aria-labelledby="tb-chain-title"><title id="tb-chain-title">The kernel chain: '
         + ", then ".join(n for _, n in CHAIN)
         + "; each kernel is one step past the last. Solid boxes are published lessons."
