@@ -112,7 +112,6 @@ print("no mask:              ", out.tolist())
 out_memory = torch.zeros(n + BLOCK, device=DEVICE)
 out, after_out = out_memory[:n], out_memory[n:]
 load_block_kernel[(1,)](x, out, n, BLOCK=BLOCK, MASKED=True)
-print("out:                  ", out.tolist())
 print("the tensor after out: ", after_out.tolist())
 print("elements overwritten: ", int((after_out != 0).sum()))
 
@@ -200,6 +199,7 @@ plot_record(
     sweep,
     x="stride",
     y="gbps",
+    series="dtype",
     logx=True,
     xlabel="stride of the reads (elements)",
     ylabel="GB/s (bytes the copy needs)",
@@ -348,12 +348,11 @@ report.assert_ok()
 # The shapes are ragged (neither is a multiple of the tile); bfloat16 is
 # checked on a GPU only, since the interpreter computes it wrongly.
 #
-# Right on every view, but fast on every view?  In the transposed view,
-# neighbouring elements of a row are ``M`` elements apart: read along the rows,
-# that is the stride sweep's worst case.
-# :func:`tilebook.experiments.memory_access.views` times the kernel on each
-# view of a float32 matrix of ``experiment.VIEW_SHAPE``, and ``torch.mul`` on
-# the same views, all in one set of interleaved rounds.
+# Right on every view, but fast?  In the transposed view, neighbours in a row
+# are ``M`` elements apart: read along rows, the stride sweep's worst case.
+# :func:`tilebook.experiments.memory_access.views` times the kernel and
+# ``torch.mul`` on each view of a float32 ``experiment.VIEW_SHAPE`` matrix,
+# all in one set of interleaved rounds.
 
 measured = record_or_measure(
     "lesson04_views",
@@ -484,9 +483,9 @@ for name, v in views.items():
 # transpose of, its tile transposed after the load (lesson 09's ``A_T``); a
 # misaligned slice stays with pointers.  Both kernels checked (the interpreter
 # emulates the copy engine, so the descriptor runs on a CPU too; on a GPU it
-# needs Hopper):
+# needs Hopper).  Recent Triton versions warn that block pointers are
+# deprecated (see below); the lesson silences that warning:
 
-# Recent Triton versions deprecate block pointers (see below): no warning here.
 warnings.filterwarnings("ignore", message="tl.make_block_ptr is deprecated")
 ways = CorrectnessReport("block pointers and descriptors vs float64")
 for name, v in views.items():
@@ -550,7 +549,8 @@ table(
         "shared memory bytes": "shared",
         "registers": "registers",
     },
-    caption=f"scale_2d for sm_90, float32, tiles of {TILE}, compiled ahead of time",
+    caption=f"sm_90, float32, {TILE['BLOCK_M']} x {TILE['BLOCK_N']} tiles, "
+    "compiled ahead of time",
 )
 
 # %%
