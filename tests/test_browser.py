@@ -78,30 +78,50 @@ def test_every_lesson_fits_1280px(server, browser_page, built_site):
     assert not outside, f"requests left localhost: {outside}"
 
 
+def _turn_first_knob(page, widget) -> None:
+    """Act on a widget's first control as a reader would: a slider by the keyboard, a
+    choice by clicking an unchecked option, a list by picking another entry."""
+    slider = widget.locator('input[type="range"]')
+    radios = widget.locator('input[type="radio"]')
+    selects = widget.locator("select")
+    buttons = widget.locator("button")
+    if slider.count():
+        slider.first.focus()
+        key = (
+            "ArrowLeft"
+            if slider.first.input_value() != slider.first.get_attribute("min")
+            else "ArrowRight"
+        )
+        page.keyboard.press(key)
+    elif radios.count():
+        next(r for r in radios.all() if not r.is_checked()).check()
+    elif selects.count():
+        options = selects.first.locator("option").all()
+        current = selects.first.input_value()
+        other = next(
+            o.get_attribute("value") for o in options if o.get_attribute("value") != current
+        )
+        selects.first.select_option(other)
+    else:
+        buttons.first.click()
+
+
 def test_every_widget_reacts(server, browser_page, built_site):
-    """Each sweep widget of each lesson changes its readout when its first knob turns."""
+    """Every widget of every lesson changes what it shows when its first control moves."""
     page, problems, outside = browser_page
     html_dir, _ = built_site
     seen = 0
     for path in lesson_pages(html_dir):
         page.goto(f"{server}/{path}", wait_until="load")
-        widgets = page.locator('[data-tilebook-widget="sweep"]')
+        widgets = page.locator("[data-tilebook-widget]")
         for i in range(widgets.count()):
             w = widgets.nth(i)
+            kind = w.get_attribute("data-tilebook-widget")
             w.scroll_into_view_if_needed()
-            before = (w.get_attribute("data-value"), w.locator(".tbw-readout").inner_text())
-            slider = w.locator('input[type="range"]')
-            radios = w.locator('input[type="radio"]')
-            if slider.count():
-                slider.first.focus()
-                key = "ArrowLeft" if slider.first.input_value() != "0" else "ArrowRight"
-                page.keyboard.press(key)
-            else:
-                options = radios.all()
-                target = next(r for r in options if not r.is_checked())
-                target.check()
-            after = (w.get_attribute("data-value"), w.locator(".tbw-readout").inner_text())
-            assert after != before, f"{path}: widget {i} did not react"
+            before = (w.get_attribute("data-value"), w.inner_text())
+            _turn_first_knob(page, w)
+            after = (w.get_attribute("data-value"), w.inner_text())
+            assert after != before, f"{path}: widget {i} ({kind}) did not react"
             seen += 1
     assert seen >= 1
     assert not problems, problems
