@@ -692,9 +692,10 @@ code
 #       at ``itemsize / 32``.
 #
 # 5. Build the descriptors in the kernel, ``tl.make_tensor_descriptor(base,
-#    shape, strides, tile)``, and check it as in exercise 3.  On a GPU, Triton
-#    needs memory for them: ``triton.set_allocator(lambda size, align,
-#    stream: torch.empty(size, dtype=torch.int8, device="cuda"))``.
+#    shape, strides, tile)``.  Check it as in exercise 3, on shapes whose rows
+#    are multiples of 16 bytes (the copy engine requires it).  On a GPU, Triton
+#    needs memory for the descriptors: ``triton.set_allocator(lambda size,
+#    align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))``.
 #
 #    .. dropdown:: Solution
 #
@@ -715,6 +716,3 @@ code
 #              grid = (triton.cdiv(M, 64), triton.cdiv(N, 64))
 #              scale_tma_kernel[grid](x, out, M, N, x.stride(0), out.stride(0),
 #                                     ALPHA, BLOCK_M=64, BLOCK_N=64)
-#
-#       Rows of the checked shapes must be multiples of 16 bytes (four float32
-#       elements), as the copy engine requires.
