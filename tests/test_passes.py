@@ -155,6 +155,11 @@ def test_parse_mlir_dump_on_a_small_dump():
     ]
     assert "noise" not in log.modules[2]
     assert [r.name for r in log.changed("ttgir")] == ["convert-triton-to-tritongpu"]
+    old_style = re.sub(r"Before (\w+): ([\w-]+)", r"Before \1 (\2)", text)
+    assert old_style != text
+    assert [(r.name, r.changed) for r in parse_mlir_dump(old_style).runs] == [
+        (r.name, r.changed) for r in log.runs
+    ]
     with pytest.raises(ValueError, match="no MLIR pass dump"):
         parse_mlir_dump("nothing here")
     with pytest.raises(ValueError, match="not the dump of a whole compile"):

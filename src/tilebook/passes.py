@@ -58,8 +58,10 @@ IRS = ("ttir", "ttgir", "llvm")
 TO_TTGIR = "convert-triton-to-tritongpu"
 TO_LLVM = "convert-triton-gpu-to-llvm"
 
+# "Before Class: arg{options} (...)" (the MLIR of Triton 3.8 on) or
+# "Before Class (arg) (...)" (Triton 3.6).
 _HEADER = re.compile(
-    r"^// -----// IR Dump Before (\w+): ([\w-]+)(?:\{.*\})? "
+    r"^// -----// IR Dump Before (\w+)(?:: ([\w-]+)(?:\{.*\})?| \(([\w-]+)\)) "
     r"\('([\w.]+)' operation(?:: @\w+)?\) //----- //$"
 )
 _LOC_LINE = re.compile(r"^#loc\d* = ")
@@ -205,9 +207,9 @@ def parse_mlir_dump(text: str) -> PassLog:
         m = _HEADER.match(line.rstrip("\n"))
         if m:
             current = None
-            if m.group(3) == "builtin.module":
+            if m.group(4) == "builtin.module":
                 current = []
-                dumps.append((m.group(2), m.group(1), current))
+                dumps.append((m.group(2) or m.group(3), m.group(1), current))
             continue
         if line.startswith("// -----//"):  # another kind of dump (the pipeliner's own)
             current = None
