@@ -1,11 +1,11 @@
 """Flash attention on a GPU: tilebook against SDPA (cuDNN and flash backends) and
 FlexAttention, bf16, forward and backward, causal and not, windows and documents.
 
-FLOPs: ``4 * B * H * Nq * Nk * D`` forward (half when causal), the backward 2.5x the
-forward.  Window and document rows count the pairs the mask lets through exactly.
-Every implementation is checked against SDPA's cuDNN output (or, for the masks SDPA
-cannot express, against tilebook's own float32 reference on a slice) before it is
-timed, and the implementations of one row are timed in interleaved rounds.
+The measurements are defined once, for this file and lesson 12, in
+:mod:`tilebook.experiments.flash_attention` (its docstring says what is counted and
+checked): the target table is ``experiment.versus`` and ``experiment.masked`` with
+more rounds, the length sweep ``experiment.lengths`` at more lengths.  The tile sweep
+(``--tune``) stays here: it launches the package's kernels one by one.
 
     PYTHONPATH=src python benchmarks/flash_attention.py             # the target table
     PYTHONPATH=src python benchmarks/flash_attention.py --tune      # sweep tiles, then the table
@@ -21,24 +21,24 @@ import json
 import os
 import sys
 import time
-import warnings
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
 import tilebook
 from tilebook.bench import measure, measure_interleaved
+from tilebook.experiments import flash_attention as experiment
 from tilebook.ops import flash_attention as fa
 
-DTYPE = torch.bfloat16
+DTYPE = experiment.DTYPE
 BATCH = 4
 N = 4096
 # (heads, head dim) of the targets: H=16 at D=128, H=32 at D=64 (the same FLOPs).
 HEADS = {128: 16, 64: 32}
 MASK_N = 16384  # sliding-window and document rows
-WINDOW = 1024  # a query sees itself and the 1023 keys before it
-IMPLS = ("tilebook", "sdpa_cudnn", "sdpa_flash", "flex")
+IMPLS = experiment.IMPLS
+#: Interleaved rounds of the target table (the lesson uses compare()'s shorter defaults).
+TIMING = {"rounds": 5, "warmup": 25, "rep": 100}
 
 #: The baselines each kernel is held against (``run_all`` reports the best of them).
 BASELINE = {
@@ -53,254 +53,43 @@ BASELINE = {
 }
 
 
-def _flops(b: int, h: int, nq: int, nk: int, d: int, causal: bool) -> int:
-    f = 4 * b * h * nq * nk * d
-    return f // 2 if causal else f
-
-
-def _qkv(b, h, n, d, seed=0):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    return [
-        torch.randn(b, h, n, d, device="cuda", dtype=DTYPE, generator=g).requires_grad_()
-        for _ in range(3)
-    ]
-
-
-# --------------------------------------------------------------------------- baselines
-
-
-def _sdpa(backend_name: str):
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    backend = getattr(SDPBackend, backend_name)
-
-    def fn(q, k, v, causal):
-        with sdpa_kernel(backend):
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-    return fn
-
-
-_FLEX: dict[str, Callable] = {}
-
-
-def _flex_fn():
-    if "fn" not in _FLEX:
-        from torch.nn.attention.flex_attention import flex_attention
-
-        # One compiled graph per shape and mask: past the default limit of 8, Dynamo
-        # would silently fall back to eager flex_attention (materialised scores).
-        for knob in ("cache_size_limit", "recompile_limit"):
-            if hasattr(torch._dynamo.config, knob):
-                setattr(torch._dynamo.config, knob, 256)
-        # The backward is timed repeatedly on one graph (retain_graph=True), which a
-        # compiled backward that donates its buffers refuses.
-        torch._functorch.config.donated_buffer = False
-        _FLEX["fn"] = torch.compile(flex_attention, dynamic=False)
-    return _FLEX["fn"]
-
-
-def _block_mask(mask_mod, b, n):
-    from torch.nn.attention.flex_attention import create_block_mask
-
-    # _compile builds the mask in compiled chunks: without it a B x N x N boolean
-    # tensor is materialised (1 GB for the document rows).
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        try:
-            return create_block_mask(mask_mod, b, None, n, n, device="cuda", _compile=True)
-        except TypeError:  # a torch without _compile
-            return create_block_mask(mask_mod, b, None, n, n, device="cuda")
-
-
-def _causal_mod(b, h, q_idx, kv_idx):
-    return q_idx >= kv_idx
-
-
-def _window_mod(b, h, q_idx, kv_idx):
-    return (q_idx >= kv_idx) & (q_idx - kv_idx < WINDOW)
-
-
-def _documents(b: int, n: int, seed: int = 0) -> torch.Tensor:
-    """Sorted document ids: documents of 256 to 4096 tokens, packed, per batch row."""
-    g = torch.Generator().manual_seed(seed)
-    rows = []
-    for _ in range(b):
-        lengths = torch.randint(256, 4097, (n // 256 + 1,), generator=g)
-        rows.append(torch.repeat_interleave(torch.arange(len(lengths)), lengths)[:n])
-    return torch.stack(rows).to(device="cuda", dtype=torch.int32)
-
-
-def _visible_pairs(n: int, window: int | None, docs: torch.Tensor | None) -> int:
-    """Pairs a causal mask with a window or documents lets through, summed over the batch."""
-    if window is not None:
-        w = min(window, n)
-        return w * (w + 1) // 2 + (n - w) * w
-    total = 0
-    for row in docs.cpu():
-        _, counts = torch.unique_consecutive(row, return_counts=True)
-        total += int((counts * (counts + 1) // 2).sum())
-    return total
-
-
-# --------------------------------------------------------------------------- checks
+def _named(rows: list[dict]) -> list[dict]:
+    """The experiment's rows under this benchmark's kernel names (``attn_fwd_full``, ...)."""
+    short = {"forward": "fwd", "backward": "bwd"}
+    return [{**r, "kernel": f"attn_{short[r['kernel']]}_{r['mask']}"} for r in rows]
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
 
-def _check(name: str, out: torch.Tensor, ref: torch.Tensor, tol: float = 2e-2) -> None:
-    err = _rel(out, ref)
-    if not err <= tol:
-        raise AssertionError(f"{name}: relative error {err:.2e} against the reference")
-
-
-def _grads(o: torch.Tensor, inputs, do: torch.Tensor):
-    return torch.autograd.grad(o, inputs, do, retain_graph=True)
-
-
 # --------------------------------------------------------------------------- rows
 
 
-def _row(kernel: str, shape: str, impl: str, m: Any, **extra: Any) -> dict[str, Any]:
-    return {
-        "kernel": kernel,
-        "shape": shape,
-        "dtype": str(DTYPE).removeprefix("torch."),
-        "impl": impl,
-        **extra,
-        **m.as_row(),
-    }
-
-
-def _host_us(fn: Callable, calls: int = 30) -> float:
-    """Host time of one call (the GPU runs behind, so this is Python and launch work)."""
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    host = (time.perf_counter() - t) / calls * 1e6
-    torch.cuda.synchronize()
-    return host
-
-
-def _bench_standard(d: int, causal: bool, n: int = N, batch: int = BATCH, heads: int | None = None,
-                    impls=IMPLS, rounds: int = 5, rep: float = 100) -> list[dict]:  # fmt: skip
-    """Forward and backward of every implementation at one (D, causal, N)."""
-    h = heads or HEADS[d]
-    q, k, v = _qkv(batch, h, n, d)
-    do = torch.randn_like(q)
-    shape = f"{batch}x{h}x{n}x{d}"
-    mask = "causal" if causal else "full"
-    flex = _flex_fn()
-    bm = _block_mask(_causal_mod, None, n) if causal else None
-    cudnn, flash = _sdpa("CUDNN_ATTENTION"), _sdpa("FLASH_ATTENTION")
-    fwd = {
-        "tilebook": lambda: tilebook.flash_attention(q, k, v, causal=causal),
-        "sdpa_cudnn": lambda: cudnn(q, k, v, causal),
-        "sdpa_flash": lambda: flash(q, k, v, causal),
-        "flex": lambda: flex(q, k, v, block_mask=bm),
-    }
-    fwd = {name: fn for name, fn in fwd.items() if name in impls}
-    ref = cudnn(q, k, v, causal)
-    outs = {}
-    for name, fn in fwd.items():
-        outs[name] = fn()
-        _check(f"fwd {name} {mask} {shape}", outs[name], ref)
-    flops = _flops(batch, h, n, n, d, causal)
-    rows = []
-    host = _host_us(fwd["tilebook"]) if "tilebook" in fwd else None
-    for name, m in measure_interleaved(fwd, flops=flops, rounds=rounds, rep=rep).items():
-        extra = {"mask": mask, "host_us": host} if name == "tilebook" else {"mask": mask}
-        rows.append(_row(f"attn_fwd_{mask}", shape, name, m, **extra))
-    ref_grads = _grads(ref, (q, k, v), do)
-    bwd = {}
-    for name, o in outs.items():
-        got = _grads(o, (q, k, v), do)
-        for g, r, what in zip(got, ref_grads, "qkv", strict=True):
-            _check(f"bwd d{what} {name} {mask} {shape}", g, r)
-        bwd[name] = lambda o=o: _grads(o, (q, k, v), do)
-    for name, m in measure_interleaved(bwd, flops=int(2.5 * flops), rounds=rounds, rep=rep).items():
-        rows.append(_row(f"attn_bwd_{mask}", shape, name, m, mask=mask))
-    return rows
-
-
-def _bench_masked(kind: str, d: int = 128, n: int = MASK_N, batch: int = BATCH,
-                  rounds: int = 5) -> list[dict]:  # fmt: skip
-    """Causal sliding window or causal documents at N=16384: tilebook against Flex with
-    the same mask (block mask built once, outside the timing); tilebook's full causal
-    attention at the same size is timed too, to show the skipped tiles."""
-    h = HEADS[d]
-    q, k, v = _qkv(batch, h, n, d)
-    do = torch.randn_like(q)
-    flex = _flex_fn()
-    if kind == "window":
-        docs = None
-        kw = {"causal": True, "window": (WINDOW - 1, None)}
-        bm = _block_mask(_window_mod, None, n)
-        pairs = _visible_pairs(n, WINDOW, None) * batch
-    else:
-        docs = _documents(batch, n)
-        kw = {"causal": True, "document_ids": docs}
-
-        def doc_mod(b, hh, q_idx, kv_idx):
-            return (docs[b, q_idx] == docs[b, kv_idx]) & (q_idx >= kv_idx)
-
-        bm = _block_mask(doc_mod, batch, n)
-        pairs = _visible_pairs(n, None, docs)
-    shape = f"{batch}x{h}x{n}x{d}"
-    fwd = {
-        "tilebook": lambda: tilebook.flash_attention(q, k, v, **kw),
-        "flex": lambda: flex(q, k, v, block_mask=bm),
-        "tilebook_causal": lambda: tilebook.flash_attention(q, k, v, causal=True),
-    }
-    outs = {name: fn() for name, fn in fwd.items()}
-    _check(f"fwd {kind} tilebook vs flex", outs["tilebook"], outs["flex"])
-    flops = {"tilebook": 4 * h * d * pairs, "flex": 4 * h * d * pairs}
-    flops["tilebook_causal"] = _flops(batch, h, n, n, d, True)
-    rows = []
-    for name, m in measure_interleaved(fwd, flops=flops, rounds=rounds).items():
-        rows.append(_row(f"attn_fwd_{kind}", shape, name, m, mask=kind))
-    got = _grads(outs["tilebook"], (q, k, v), do)
-    want = _grads(outs["flex"], (q, k, v), do)
-    for g, r, what in zip(got, want, "qkv", strict=True):
-        _check(f"bwd d{what} {kind} tilebook vs flex", g, r)
-    bwd = {name: (lambda o=o: _grads(o, (q, k, v), do)) for name, o in outs.items()}
-    bflops = {name: int(2.5 * f) for name, f in flops.items()}
-    for name, m in measure_interleaved(bwd, flops=bflops, rounds=rounds).items():
-        rows.append(_row(f"attn_bwd_{kind}", shape, name, m, mask=kind))
-    return rows
-
-
 def run(quick: bool = False) -> list[dict]:
-    """Check, then time, the target table on a GPU."""
+    """Check, then time, the target table on a GPU (tilebook.experiments.flash_attention)."""
     if not tilebook.is_gpu():
         raise RuntimeError("benchmarks/flash_attention.py needs a CUDA GPU")
+    timing = {**TIMING, "rounds": 3 if quick else 5}
     rows: list[dict] = []
     for d in (128, 64):
         for causal in (False, True):
-            rows += _bench_standard(d, causal, rounds=3 if quick else 5)
+            rows += experiment.versus(d, causal, n=N, batch=BATCH, heads=HEADS[d], host=True,
+                                      **timing)  # fmt: skip
             torch.cuda.empty_cache()
     for kind in ("window", "documents"):
-        rows += _bench_masked(kind, rounds=3 if quick else 5)
+        rows += experiment.masked(kind, n=MASK_N, batch=BATCH, heads=HEADS[128], **timing)
         torch.cuda.empty_cache()
-    return rows
+    return _named(rows)
 
 
 def length_sweep(lengths=(512, 1024, 2048, 4096, 8192, 16384), d: int = 128, heads: int = 16,
                  tokens: int = 65536, impls=IMPLS, rounds: int = 2) -> list[dict]:  # fmt: skip
     """TFLOP/s against sequence length (the same number of tokens at every length, so
-    the batch shrinks as N grows): the curves lesson 12 plots."""
-    rows = []
-    for n in lengths:
-        for causal in (False, True):
-            rows += _bench_standard(d, causal, n=n, batch=max(1, tokens // n), heads=heads,
-                                    impls=impls, rounds=rounds, rep=50)  # fmt: skip
-            torch.cuda.empty_cache()
-    for r in rows:
-        r["n"] = int(r["shape"].split("x")[2])
-    return rows
+    the batch shrinks as N grows): lesson 12's curves, at more lengths."""
+    rows = experiment.lengths(lengths, d=d, heads=heads, tokens=tokens, impls=impls,
+                              rounds=rounds, rep=50)  # fmt: skip
+    return _named(rows)
 
 
 def table(rows: list[dict]) -> str:
@@ -355,8 +144,8 @@ class _Case:
     def __init__(self, d: int, causal: bool):
         h = HEADS[d]
         self.d, self.causal = d, causal
-        self.q, self.k, self.v = (t.detach() for t in _qkv(BATCH, h, N, d))
-        self.do = torch.randn_like(self.q)
+        q, k, v, self.do = experiment.inputs(BATCH, h, N, d)
+        self.q, self.k, self.v = (t.detach() for t in (q, k, v))
         self.scale = d**-0.5
         self.mask = fa._mask_for(causal, None, N, N)
         base = fa.pick_configs(d, DTYPE, causal, self.q.device)
@@ -395,7 +184,7 @@ class _Case:
         return lambda: fa.launch_dq(*args, self.dq, config=cfg, **self.kw)
 
     def flops(self, kernel: str) -> int:
-        f = _flops(BATCH, HEADS[self.d], N, N, self.d, self.causal)
+        f = experiment.flops(BATCH, HEADS[self.d], N, N, self.d, self.causal)
         # Of the backward's 2.5x: dK/dV does 4 of the 5 products, dQ 3 (recomputing P).
         return {"fwd": f, "dkdv": f * 2, "dq": int(f * 1.5)}[kernel]
 
@@ -429,12 +218,14 @@ def _warm_sweep(part: int, parts: int, kernels=("fwd", "dkdv", "dq"), first=None
 
 def _warm_flex() -> None:
     """Compile FlexAttention's forward and backward for every row of the table."""
+    quick = {"rounds": 1, "warmup": 1, "rep": 5}
     for d in (128, 64):
         for causal in (False, True):
-            _bench_standard(d, causal, impls=("flex",), rounds=1, rep=5)
+            experiment.versus(d, causal, n=N, batch=BATCH, heads=HEADS[d],
+                              impls=("sdpa_cudnn", "flex"), **quick)  # fmt: skip
     for kind in ("window", "documents"):
         with contextlib.suppress(AssertionError):
-            _bench_masked(kind, rounds=1)
+            experiment.masked(kind, n=MASK_N, batch=BATCH, **quick)
 
 
 def sweep(
