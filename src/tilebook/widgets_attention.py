@@ -201,7 +201,7 @@ _CSS = """
 .tbw-tiling .tbw-st1{background:rgba(0,158,115,0.30)}
 .tbw-tiling .tbw-st2{background:rgba(0,114,178,0.38)}
 .tbw-tiling td.tbw-waste{background:rgba(213,94,0,0.45)}
-.tbw-tiling td.tbw-bad{background:rgba(179,38,30,0.6);color:#fff}
+.tbw-tiling td.tbw-bad,.tbw-tiling td.tbw-cell-wrong{background:#B3261E;color:#fff}
 .tbw-tiling tr.tbw-row th{text-decoration:underline}
 .tbw-tiling .tbw-cols{display:flex;flex-wrap:wrap;gap:10px 24px;align-items:flex-start}
 .tbw-tiling .tbw-legend{color:var(--tbw-muted);font-size:12px;margin-top:4px}
