@@ -209,7 +209,7 @@ for label, k in (("sm_80", k80), ("sm_90", k90)):
 # 32 threads of a warp hold neighbouring groups of four, and the warps follow
 # one another; a block of ``BLOCK`` elements takes as many such rounds as it
 # needs.  That is what makes the accesses of a warp :term:`coalesced`:
-# neighbouring threads touch neighbouring bytes.  Two passes made this
+# neighbouring threads touch neighbouring bytes.  Three passes made this
 # layout, and the pass log shows them at work on the H100 build:
 # ``convert-triton-to-tritongpu`` gave every tensor one element per thread,
 # ``tritongpu-coalesce`` gave the load and the store the layout their
@@ -303,10 +303,11 @@ say(
 # %%
 # Triton writes loads and stores into the LLVM IR as inline PTX assembly
 # (``asm sideeffect "... ld.global.v4.b32 ..."``), which LLVM passes through
-# untouched.  From Triton 3.8 on, the PTX also has a ``.loc`` before each line
-# of that assembly, numbered on from the load's own line, so that the lines
-# after a load seem to claim part of it (the viewer below shows them);
-# :mod:`tilebook.aot` counts only the first.
+# untouched.  With Triton 3.8 and 3.9 (not 3.6) the PTX also has a ``.loc``
+# before each line of that assembly, numbered on from the load's own line, so
+# that the lines after a load seem to claim part of it (the viewer shows them
+# when the page was built with those versions); :mod:`tilebook.aot` counts only
+# the first.
 #
 # What keeps a load narrow
 # ------------------------
@@ -341,8 +342,8 @@ table(
 #   when the pointer is divisible by 16.  ``x[1:]`` starts four bytes into
 #   its storage, so its loads are split; its stores are not, since ``out`` is
 #   aligned;
-# - its four mask bits are equal, which holds when ``n`` is divisible by 16:
-#   then no group straddles the end.  With ``n=4100`` each element gets its
+# - its four mask bits are equal, which the compiler knows when ``n`` is
+#   divisible by 16: then no group straddles the end.  With ``n=4100`` each element gets its
 #   own load and its own predicate.
 #
 # Without a mask there is nothing to split: the loads are wide, and the last
@@ -445,7 +446,8 @@ table(
     caption=f"{dot90.caption()} and sm_80",
 )
 say(
-    "Other passes changed it too, to tidy up or keep records: {others}.",
+    "Other passes changed it too (clean-ups, loop-invariant code motion, "
+    "bookkeeping): {others}.",
     others=", ".join(f"``{name}``" for name in sorted(changed - set(JOBS))),
 )
 
@@ -453,7 +455,7 @@ say(
 # ``tritongpu-accelerate-matmul`` is where ``tl.dot`` meets the tensor cores:
 # :term:`mma` instructions, each the work of one warp, on the A100, and
 # :term:`wgmma` on the H100, one instruction for a :term:`warpgroup` of four
-# warps that reads its operands from shared memory.  The layout it defined,
+# warps, which here reads both operands from shared memory.  The layout it defined,
 # and the operation that stands for ``tl.dot`` afterwards, on each target:
 
 for t in (dot80, dot90):
@@ -517,8 +519,11 @@ dots.check(
     f"sm_80 {ops[80]}, sm_90 {ops[90]}",
 )
 dots.check(
-    "The shared memory in the metadata is the pipeline's buffers, on both targets",
-    all(buffers(t)[1] == t.kernel.shared_bytes > 0 for t in both),
+    "The loads became asynchronous copies, and the shared memory in the metadata "
+    "is exactly their buffers, on both targets",
+    all(buffers(t)[1] == t.kernel.shared_bytes > 0 for t in both)
+    and all(t.kernel.instructions("LDGSTS")["LDGSTS"] > 0 for t in both)
+    and all("async_copy_global_to_local" in t.kernel.stage("ttgir") for t in both),
     "; ".join(f"sm_{t.kernel.arch}: {t.kernel.shared_bytes} bytes" for t in both),
 )
 dots.check(
@@ -616,8 +621,8 @@ table(
 # %%
 # The pass-by-pass dump is not among them.  ``MLIR_ENABLE_DUMP=1`` (the module
 # before every MLIR pass, on stderr) and ``MLIR_DUMP_PATH`` (a file instead)
-# are read by Triton's C++ code, once per process, which is why
-# :mod:`tilebook.passes` compiles in processes of its own.  A kernel found in
+# are read by Triton's C++ code, which opens that file once per process: that
+# is why :mod:`tilebook.passes` compiles in processes of its own.  A kernel found in
 # the cache is not compiled again and dumps nothing, so pair them with
 # ``TRITON_ALWAYS_COMPILE=1``:
 #
@@ -670,30 +675,25 @@ knobs
 #       (``sizePerThread = [8]`` in the TTGIR): a thread that owns eight
 #       elements loads them with one ``LDG.E.128``.
 #
-# 2. Give ``scale_kernel_no_mask`` its mask back, on the load and on the
-#    store, as a kernel of your own, and check it the way the lesson checked
-#    the kernel without one.
+# 2. Write two variants of ``scale_kernel``, one with the mask on the store
+#    only and one with it on the load only, and check each with
+#    :func:`tilebook.exercises.check_elementwise` as the lesson checked
+#    ``scale_kernel_no_mask``.  Which passes?
 #
 #    .. dropdown:: Solution
 #
 #       .. code-block:: python
 #
-#          @triton.jit
-#          def my_scale_kernel(x_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr):
-#              offsets = tl.program_id(axis=0) * BLOCK + tl.arange(0, BLOCK)
-#              mask = offsets < n
-#              x = tl.load(x_ptr + offsets, mask=mask)
-#              tl.store(out_ptr + offsets, alpha * x, mask=mask)
-#
-#          def my_scale(x, out):
+#          def my_scale(x, out):  # launches the variant under test
 #              n = x.numel()
-#              my_scale_kernel[(triton.cdiv(n, 1024),)](x, out, n, 2.0, BLOCK=1024)
+#              my_kernel[(triton.cdiv(n, 1024),)](x, out, n, 2.0, BLOCK=1024)
 #
 #          print(check_elementwise(my_scale, lambda x: 2.0 * x, inputs=1, block=1024))
 #
-#       With the mask on the load only, the check still fails: the store
-#       writes past the end.  With it on the store only, it passes, but the
-#       load reads past the end of ``x``, which the check cannot see.
+#       The mask on the load alone fails: the store writes past the end of
+#       ``out``.  The mask on the store alone passes, yet its load still reads
+#       past the end of ``x``: values it never stores, which no check of the
+#       output can see.  Both masks belong in the kernel.
 #
 # 3. Compile ``tile_dot_kernel`` for ``sm_90`` with ``num_stages=1`` through
 #    :func:`tilebook.passes.compile_with_passes`.  Which passes no longer

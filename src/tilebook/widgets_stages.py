@@ -297,10 +297,9 @@ radios("build","build",data.builds.map(function(b){return b.label}),st.build,
     st.build=i;var b=data.builds[i];
     var same=b.source.findIndex(function(t){return was&&t.trim()===was});
     if(same>=0&&lineHas(b,b.first+same)){st.line=b.first+same}
-    else if(!lineHas(b,st.line)){var c=b.source.map(function(_,j){return b.first+j})
-      .filter(function(n){return lineHas(b,n)});
-      var tl=c.filter(function(n){return b.source[n-b.first].indexOf("tl.")>=0});
-      st.line=tl.length?tl[0]:(c.length?c[0]:st.line)}
+    else{var e=b.stages[st.stage]||{index:{}};var best=-1;
+      b.source.forEach(function(_,j){var n=b.first+j;var c=(e.index[String(n)]||[]).length;
+        if(lineHas(b,n)&&c>best){best=c;st.line=n}})}
     update()});
 var readout=el("div","tbw-readout tbw-stages-summary");readout.setAttribute("aria-live","polite");
 var verdict=el("div","tbw-verdict");var note=el("div","tbw-note");
