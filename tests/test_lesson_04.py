@@ -327,3 +327,13 @@ def test_experiments_run_on_a_gpu():
     assert [r["stride"] for r in rows] == [1, 8] and all(r["gbps"] > 0 for r in rows)
     rows = experiment.views((256, 320), rounds=1, warmup=1, rep=5)
     assert len(rows) == 2 * len(experiment.VIEWS)
+
+
+def test_claims_on_compiled_code_say_where_it_was_compiled():
+    """The lesson's compiled-code claims name their source with a string."""
+    from tilebook.claims import Claims
+
+    claims = Claims("04", "compiled ahead of time for sm_90 by Triton x")
+    claims.check("a claim that holds", True, "evidence")
+    assert "compiled ahead of time for sm_90 by Triton x" in repr(claims)
+    assert "compiled ahead of time" in claims._repr_html_()
