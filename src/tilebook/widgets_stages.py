@@ -232,17 +232,15 @@ class StageViewer(Widget):
         builds = []
         for label, b in self.builds.items():
             k = self._kernel(label)
-            shown = stage_texts(b)
-            line_maps = dict(k.line_map)
-            if isinstance(b, Traced):
-                line_maps["front"] = b.front_end_lines
             stages = {}
-            for key, text in shown.items():
+            for key, text in stage_texts(b).items():
+                if key == "front":
+                    index = _index(b.front_end_lines, k.kernel_file)
+                else:
+                    index = {n: v for (f, n), v in k.line_index(key).items() if f == k.kernel_file}
                 entry: dict[str, Any] = {
                     "text": text_id(text),
-                    "index": {
-                        str(n): v for n, v in _index(line_maps.get(key, []), k.kernel_file).items()
-                    },
+                    "index": {str(n): v for n, v in index.items()},
                 }
                 if isinstance(b, Traced) and key in _PASS_IR:
                     entry["passes"] = [r.name for r in b.passes.changed(_PASS_IR[key])]
