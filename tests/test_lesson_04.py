@@ -110,13 +110,13 @@ def test_the_launchers_match_float64_on_views(lesson, device):
 def test_a_missing_mask_reads_the_neighbour_and_writes_past_the_end(lesson, device):
     """What the lesson prints, inside one allocation as the lesson does it."""
     block, n = 8, 5
-    memory = torch.arange(1.0, 1 + n + block, device=device)
+    memory = torch.cat([torch.arange(1.0, n + 1), torch.full((block,), -999.0)]).to(device)
     x = memory[:n]
     out = torch.zeros(block, device=device)
     lesson.load_block_kernel[(1,)](x, out, n, BLOCK=block, MASKED=True)
     assert out.tolist() == [1, 2, 3, 4, 5, -1, -1, -1]
     lesson.load_block_kernel[(1,)](x, out, n, BLOCK=block, MASKED=False)
-    assert out.tolist() == [1, 2, 3, 4, 5, 6, 7, 8]  # the neighbour's first elements
+    assert out.tolist() == [1, 2, 3, 4, 5, -999, -999, -999]  # the neighbour's poison
     out_memory = torch.zeros(n + block, device=device)
     lesson.load_block_kernel[(1,)](x, out_memory[:n], n, BLOCK=block, MASKED=True)
     assert out_memory[n:].tolist() == [-1, -1, -1, 0, 0, 0, 0, 0]

@@ -86,13 +86,13 @@ def load_block_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, MASKED: tl.constex
 # What lies past the end
 # ~~~~~~~~~~~~~~~~~~~~~~
 # Triton's interpreter checks no bounds: a read past the end of a tensor reads
-# whatever the process holds there, and a write past it corrupts it.  So the
-# lesson never lets a kernel past memory it owns.  ``x`` and ``neighbour`` are
-# two views of *one* allocation, side by side, as PyTorch's caching allocator
-# often places two tensors on a GPU; the block is longer than ``x``.
+# whatever the process holds there, a write past it corrupts it.  So the lesson
+# keeps every access inside memory it owns: ``x`` and a ``neighbour`` poisoned
+# with ``-999`` are two views of *one* allocation, side by side, as PyTorch's
+# allocator often places two tensors; the block is longer than ``x``.
 
 BLOCK, n = 8, 5
-memory = torch.arange(1.0, 1 + n + BLOCK, device=DEVICE)
+memory = torch.cat([torch.arange(1.0, n + 1), torch.full((BLOCK,), -999.0)]).to(DEVICE)
 x, neighbour = memory[:n], memory[n:]
 out = torch.zeros(BLOCK, device=DEVICE)
 print("x:                    ", x.tolist())
@@ -103,7 +103,7 @@ print("no mask:              ", out.tolist())
 
 # %%
 # With the mask, the lanes past the end hold ``other``.  Without it they hold
-# the neighbour's first elements: no error, no warning, a wrong answer.  On a
+# the neighbour's poison: no error, no warning, a wrong answer.  On a
 # GPU the same read lands in another tensor, or in memory that is not mapped,
 # and then the kernel dies with an illegal address (and takes the CUDA context
 # with it).  Stores are worse, and this kernel's store has no mask whatever
