@@ -29,18 +29,12 @@ __all__ = ["ROWS", "OnlineSoftmaxStepper", "online_steps"]
 #: rescales, so leaving the rescale out goes unnoticed), and one whose maximum
 #: arrives in the last block.
 ROWS: dict[str, tuple[float, ...]] = {
-    "rising": (
-        -1.2, 0.4, -0.3, 0.9, 0.2, 1.6, 1.1, 2.3,
-        1.8, 2.9, 2.2, 3.4, 3.0, 4.1, 3.5, 4.6,
-    ),  # fmt: skip
-    "max first": (
-        4.0, 1.2, -0.5, 2.1, 0.3, 1.8, -1.1, 2.6,
-        0.7, 3.1, -0.2, 1.5, 2.4, 0.1, 3.3, 1.0,
-    ),  # fmt: skip
-    "spike last": (
-        0.3, -0.8, 0.5, 0.1, -0.4, 0.9, 0.2, -0.6,
-        0.4, 0.0, -0.3, 0.7, -0.1, 0.6, 6.0, 0.2,
-    ),  # fmt: skip
+    name: tuple(float(v) for v in values.split())
+    for name, values in {
+        "rising": "-1.2 0.4 -0.3 0.9 0.2 1.6 1.1 2.3 1.8 2.9 2.2 3.4 3.0 4.1 3.5 4.6",
+        "max first": "4.0 1.2 -0.5 2.1 0.3 1.8 -1.1 2.6 0.7 3.1 -0.2 1.5 2.4 0.1 3.3 1.0",
+        "spike last": "0.3 -0.8 0.5 0.1 -0.4 0.9 0.2 -0.6 0.4 0.0 -0.3 0.7 -0.1 0.6 6.0 0.2",
+    }.items()
 }
 
 #: Below this largest error in a probability, a result counts as right.
@@ -66,10 +60,8 @@ def online_steps(row: Sequence[float], block: int, rescale: bool = True) -> dict
     if not isinstance(block, int) or isinstance(block, bool) or block < 1:
         raise ValueError(f"online_steps(): block must be a positive int, got {block!r}")
     m, s = -math.inf, 0.0
-    steps: list[dict[str, Any]] = [
-        {"k": 0, "lo": 0, "hi": 0, "block_max": None, "m_old": None, "m": None,
-         "factor": None, "added": 0.0, "s": 0.0}
-    ]  # fmt: skip
+    before = dict.fromkeys(("block_max", "m_old", "m", "factor"))  # nothing read yet
+    steps: list[dict[str, Any]] = [{"k": 0, "lo": 0, "hi": 0, **before, "added": 0.0, "s": 0.0}]
     rescales = 0
     for k, lo in enumerate(range(0, len(xs), block), start=1):
         chunk = xs[lo : lo + block]
@@ -170,7 +162,9 @@ class OnlineSoftmaxStepper(Widget):
             if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
                 raise ValueError(f"row {name!r} must hold finite numbers")
         blocks = list(blocks)
-        if not blocks or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in blocks):
+        if not blocks or any(
+            isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in blocks
+        ):
             raise ValueError(f"blocks must be positive ints, got {blocks}")
         self.rows = {k: [float(v) for v in vals] for k, vals in rows.items()}
         self.blocks = blocks
@@ -203,9 +197,7 @@ class OnlineSoftmaxStepper(Widget):
 
     def settings(self) -> list[dict[str, Any]]:
         """Every setting of the knobs, as :meth:`steps` computes it."""
-        return [
-            self.steps(r, b, s) for r in self.rows for b in self.blocks for s in ("on", "skip")
-        ]
+        return [self.steps(r, b, s) for r in self.rows for b in self.blocks for s in ("on", "skip")]
 
     def data(self) -> dict[str, Any]:
         return {

@@ -40,12 +40,12 @@ from ..bench import compare
 __all__ = [
     "BLOCK",
     "DTYPE",
-    "N",
     "REPEAT_BLOCK",
     "REPEAT_N",
     "RUNS",
     "SLOTS",
     "TOLERANCE",
+    "N",
     "contention",
     "distinct",
     "inputs",
@@ -55,18 +55,18 @@ __all__ = [
 
 #: The dtype summed; the partial sums and the atomics are float32 too.
 DTYPE = torch.float32
-#: Elements summed by :func:`contention`: 64 MiB of float32, more than the L2
-#: cache holds, so that reading them is a trip to HBM.
-N = 2**24
+#: Elements summed by :func:`contention`: 64 MiB of float32 and a ragged end,
+#: more than the L2 cache holds, so that reading them is a trip to HBM.
+N = 2**24 + 7
 #: Elements each program sums in :func:`contention`: a small block, so that
 #: many programs end in an atomic and contention has something to show.
 BLOCK = 256
 #: Addresses the atomics are spread over: from all programs on one address to
 #: a few programs on each.
 SLOTS = (1, 16, 256, 4096)
-#: Elements and block of :func:`repeatability`: thousands of programs, each
-#: ending in one atomic.
-REPEAT_N = 2**22
+#: Elements and block of :func:`repeatability` in lesson 06: thousands of
+#: programs, each ending in one atomic.
+REPEAT_N = 2**22 + 7
 REPEAT_BLOCK = 1024
 #: Runs of each way in :func:`repeatability`.
 RUNS = 20
@@ -166,7 +166,7 @@ def repeatability(
     total = x.double().sum().item()
     rows = []
     for name, fn in sums.items():
-        want = (reference or {}).get(name, total)
+        want = float((reference or {}).get(name, total))
         got = []
         for _ in range(runs):
             got.append(float(fn()))
