@@ -65,8 +65,8 @@ warnings.filterwarnings("ignore", "flex_attention called without torch.compile")
 # :math:`P = \mathrm{softmax}_{\text{rows}}(S)`, :math:`O = P V`.  A program
 # keeps ``BLOCK_M`` rows of :math:`Q` on chip (in registers) and walks over
 # :math:`K` and :math:`V` in tiles of ``BLOCK_N`` rows, as lesson 09 walks
-# along ``K``.  Per tile: scores by ``tl.dot`` (lesson 05);
-# lesson 06's running maximum :math:`m` and sum :math:`\ell`, with
+# along ``K``.  Per tile: scores by ``tl.dot`` (lesson 05); lesson 06's
+# running maximum :math:`m` and sum :math:`\ell`, with
 # :math:`\alpha = 2^{m_{old} - m_{new}}` rescaling the sum when the maximum
 # grows; ``acc = alpha * acc + P V`` by a second ``tl.dot``; at the end
 # ``O = acc / l``.  Base 2: the GPU's exponential is ``exp2`` (``MUFU.EX2``),
@@ -132,7 +132,6 @@ def attention_kernel(
     tl.store(o_ptr + rows, o, mask=offs_m[:, None] < Nq)
 
 
-# Small tiles under the interpreter, so that the small checks cross several.
 FWD_GPU = (128, 64, 8, 3)  # BLOCK_M, BLOCK_N, warps, stages
 FWD = tilebook.pick(gpu=FWD_GPU, cpu=(16, 16, 4, 1))
 
@@ -157,7 +156,8 @@ def attention(q, k, v):
 # %%
 # Is it right?  Against float64, every mask (of the whole page) written out
 # pair by pair.  Shapes ``(B, H, Hkv, Nq, Nk, D)``, ragged on purpose; float32
-# and float16 under the interpreter (it gets bfloat16 wrong), bf16 on a GPU.
+# and float16 under the interpreter (it gets bfloat16 wrong; its tiles are
+# small, so that the small checks cross several), bf16 on a GPU.
 
 SHAPES = tilebook.pick(
     gpu=[(1, 16, 16, 1040, 1040, 128), (1, 16, 8, 1040, 1040, 128)],
@@ -448,7 +448,7 @@ def check_grads(report, name, got, q, k, v, do, **mask):
 
 
 # %%
-# On the grouped-heads shape (dK and dV sum two query heads), both masks:
+# On the grouped-heads shape (dK and dV sum over two query heads), both masks:
 
 report = CorrectnessReport("backward kernels vs float64 autograd")
 for dtype in DTYPES:
@@ -473,8 +473,9 @@ report.assert_ok()
 # key shows up (a row that never sees one gets 0 and zero gradients).
 # Documents (packed sequences) with sorted ids give each tile a range too,
 # which :func:`~tilebook.ops.flash_attention.document_ranges` computes once a
-# call (``packed`` makes sorted ids from document sizes).  The package against float64 (on the GPU, where each mask compiles
-# its own kernels, the forward of the last mask only):
+# call (``packed`` makes sorted ids from document sizes).  The package against
+# float64 (on the GPU, where each mask compiles kernels of its own, the
+# forward of the last mask only):
 
 
 packed = lambda *n: torch.repeat_interleave(torch.arange(len(n)), torch.tensor(n))[None]
@@ -589,7 +590,7 @@ def per_sm(kernel):
 
 say(
     "``LDGSTS`` copies a piece of a tile per thread, ``UTMALDG`` a whole tile: the "
-    "lesson's kernel uses ``{a}``, the package's ``{b}``.  An :term:`SM` holds {n} of "
+    "lesson's kernel uses ``{a}``, the package's ``{b}``.  An H100 SM holds {n} of "
     "the lesson's programs at once and {m} of the package's: where two fit, one's "
     "softmax can run during the other's products.",
     a=copier("lesson"),
@@ -705,16 +706,14 @@ if runs is not None:
 #
 #    .. dropdown:: Solution
 #
-#       Three stages (masked, full, masked) starting at the key
-#       ``m0 + reach - left`` (at least 0), a mask term
-#       ``offs_n >= offs_m + reach - left``, and, for rows that meet only
-#       hidden keys in a first tile, ``exp2`` of ``s - 0`` while ``m_new`` is
-#       ``-inf``, or it gives NaN.
+#       Three stages (masked, full, masked) from the key ``m0 + Nk - Nq -
+#       left`` (at least 0), a mask term ``offs_n >= offs_m + Nk - Nq - left``
+#       and, for rows that meet only hidden keys in their first tile, ``exp2``
+#       of ``s - 0`` while ``m_new`` is ``-inf`` (else ``-inf - -inf``: NaN).
 #
 # 3. Why does the dK/dV kernel compute ``tl.dot(k, q.T)``?
 #
 #    .. dropdown:: Solution
 #
 #       Its products are ``dV += P^T dO`` and ``dK += dS^T Q``: with keys along
-#       rows it computes ``P^T`` and ``dS^T`` directly, as the first operand of
-#       ``tl.dot``, with no transpose between.
+#       rows, ``P^T`` and ``dS^T`` come out ready as ``tl.dot``'s first operand.
