@@ -41,6 +41,17 @@ def no_mask(x, y, out):
     _add_kernel[(triton.cdiv(n, BLOCK),)](x, y, out, n, BLOCK=BLOCK, MASK=False)
 
 
+@triton.jit
+def _copy_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs))  # no mask: copies the input's guard
+
+
+def copy_no_mask(x, out):
+    n = x.numel()
+    _copy_kernel[(triton.cdiv(n, BLOCK),)](x, out, n, BLOCK=BLOCK)
+
+
 def floor_grid(x, y, out):
     n = x.numel()
     _add_kernel[(max(n // BLOCK, 1),)](x, y, out, n, BLOCK=BLOCK, MASK=True)
@@ -69,6 +80,14 @@ def test_a_missing_mask_is_a_write_past_the_end_by_the_last_program():
     assert "past the end" in f.message and "last program (4)" in f.hint
     with pytest.raises(ExerciseError, match="past the end"):
         v.assert_ok()
+
+
+def test_an_unmasked_copy_is_caught_too():
+    # A plain copy moves the input's guard bits into the output's guard unchanged:
+    # only if the two guards hold different poison does the store show.
+    v = check_elementwise(copy_no_mask, lambda x: x, inputs=1, block=BLOCK, sizes=(97,))
+    assert v.kinds() == {"outside"}, str(v)
+    assert _finding(v, "n=97", "outside").count == BLOCK - 97
 
 
 def test_a_grid_too_small_leaves_the_tail_unwritten_and_says_why():

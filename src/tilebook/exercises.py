@@ -110,6 +110,14 @@ _POISON = {
     torch.float16: 0x7DA5,
     torch.bfloat16: 0x7FA5,
 }
+# The guards around *inputs* hold another payload: a store without a mask that copies
+# an input's guard into the output's guard must change the output's guard bits.
+_POISON_INPUT = {
+    torch.float64: 0x7FF45A5A5A5A5A5A,
+    torch.float32: 0x7FA55A5A,
+    torch.float16: 0x7D5A,
+    torch.bfloat16: 0x7F5A,
+}
 _BITS = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
 
 
@@ -533,11 +541,12 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.view(_BITS[t.element_size()])
 
 
-def _poison_value(dtype: torch.dtype) -> int:
-    if dtype in _POISON:
-        return _POISON[dtype]
+def _poison_value(dtype: torch.dtype, role: str = "output") -> int:
+    table, byte = (_POISON, b"\xa5") if role == "output" else (_POISON_INPUT, b"\x5a")
+    if dtype in table:
+        return table[dtype]
     size = torch.empty((), dtype=dtype).element_size()
-    value = int.from_bytes(b"\xa5" * size, "little", signed=(size > 1))
+    value = int.from_bytes(byte * size, "little", signed=(size > 1))
     return value
 
 
@@ -551,9 +560,11 @@ class _Guarded:
         self.before = buf.clone()
 
     @classmethod
-    def _buffer(cls, span: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    def _buffer(
+        cls, span: int, dtype: torch.dtype, device: torch.device, role: str = "output"
+    ) -> torch.Tensor:
         buf = torch.empty(_FRONT + span + GUARD, dtype=dtype, device=device)
-        _bits(buf).fill_(_poison_value(dtype))
+        _bits(buf).fill_(_poison_value(dtype, role))
         return buf
 
     @classmethod
@@ -570,7 +581,7 @@ class _Guarded:
             raise ValueError("check(): tensors with negative strides are not supported")
         span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))
         span = span if t.numel() else 0
-        buf = cls._buffer(span, t.dtype, t.device)
+        buf = cls._buffer(span, t.dtype, t.device, role="input")
         view = torch.as_strided(buf, t.shape, t.stride(), _FRONT)
         with torch.no_grad():
             view.copy_(t)
