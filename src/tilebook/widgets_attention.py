@@ -200,7 +200,7 @@ _CSS = """
 .tbw-tiling .tbw-st0{color:var(--tbw-muted)}
 .tbw-tiling .tbw-st1{background:rgba(0,158,115,0.30)}
 .tbw-tiling .tbw-st2{background:rgba(0,114,178,0.38)}
-.tbw-tiling td.tbw-waste{background:rgba(213,94,0,0.45)}
+.tbw-tiling td.tbw-waste{background:#F0A35E;color:#111}
 .tbw-tiling td.tbw-bad,.tbw-tiling td.tbw-cell-wrong{background:#B3261E;color:#fff}
 .tbw-tiling tr.tbw-row th{text-decoration:underline}
 .tbw-tiling .tbw-cols{display:flex;flex-wrap:wrap;gap:10px 24px;align-items:flex-start}
