@@ -8,12 +8,18 @@ from.  Given no record it draws nothing and says so in text.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 import matplotlib
 
-matplotlib.use("Agg", force=False)  # headless builds; notebooks keep their own backend
+# Headless builds and scripts draw off-screen (a script's figures go on its page,
+# see tilebook.display).  A notebook keeps the backend its kernel chose, or its
+# plots would not show; so does anyone who chose one with MPLBACKEND.
+if "ipykernel" not in sys.modules and not os.environ.get("MPLBACKEND"):
+    matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from .bench import Record
