@@ -64,8 +64,10 @@ def test_downloads_py_and_ipynb(page):
         assert (html_dir / "lessons" / "03_real_kernels" / m.group(1)).resolve().exists()
 
 
-# CONTRIBUTING.md, "Budgets": a lesson runs in at most 60 s in the CPU build on two cores.
+# CONTRIBUTING.md, "Budgets": a lesson runs in at most 60 s in the CPU build on two
+# cores; the flagship, lesson 12, in at most 90 s (its issue).
 CPU_BUDGET_S = 60.0
+CPU_BUDGET_OVERRIDES_S = {"12_flash_attention": 90.0}
 
 
 def _running_time(html: str) -> float | None:
@@ -90,8 +92,36 @@ def test_every_lesson_within_the_cpu_budget(built_site):
     assert len(pages) >= 5, [p.name for p in pages]
     times = {p.stem: _running_time(p.read_text()) for p in pages}
     assert all(t is not None for t in times.values()), times
-    over = {name: t for name, t in times.items() if not 0 < t <= CPU_BUDGET_S}
-    assert not over, f"outside (0, {CPU_BUDGET_S:.0f}] s: {over}"
+    over = {
+        name: t
+        for name, t in times.items()
+        if not 0 < t <= CPU_BUDGET_OVERRIDES_S.get(name, CPU_BUDGET_S)
+    }
+    assert not over, f"over the CPU budget (or not run): {over}"
+
+
+def test_every_lesson_shows_its_check_widget_plots_and_downloads(built_site):
+    """Each lesson page was executed and shows what every lesson must: a float64
+    correctness table that passed, a widget, a plot or the record it lacks, and its
+    two downloads."""
+    html_dir, _ = built_site
+    problems = {}
+    for page in sorted((html_dir / "lessons").glob("*/[0-9][0-9]_*.html")):
+        html = page.read_text()
+        missing = []
+        tables = [b for b in re.findall(r"<pre>(.*?)</pre>", html, re.S) if "max abs err" in b]
+        if not tables or any("FAIL" in t for t in tables):
+            missing.append("a passing correctness table")
+        if "data-tilebook-widget" not in html:
+            missing.append("a widget")
+        if not re.search(r"sphx_glr_\w+_\d+\.png", html) and "No GPU" not in html:
+            missing.append("a plot (or the message that its record is missing)")
+        for suffix in (".py", ".ipynb"):
+            if not re.search(r'href="[^"]*' + re.escape(page.stem + suffix) + '"', html):
+                missing.append(f"the {suffix} download")
+        if missing:
+            problems[page.stem] = missing
+    assert not problems, problems
 
 
 def test_lesson_links_to_the_api(page):
