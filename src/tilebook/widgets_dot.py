@@ -1,0 +1,186 @@
+"""The tl.dot explorer of lesson 05: what one ``tl.dot`` becomes, costs and gets wrong.
+
+:class:`DotExplorer` takes one row per setting of its knobs (target GPU, the
+dtypes going in and accumulating, the tile and its warps) and shows the row
+the knobs select: the instruction the dot became, the accumulator, the error
+to expect and the measured rate, each as a line of text the lesson made from
+its data (compiled output, measured errors, a timing record).  A setting that
+does not compile or computes a wrong answer is flagged *wrong*, one that
+leaves the tensor cores idle *slow*, each with the reason that belongs to that
+row.  Every figure is computed in Python (a test can read :meth:`DotExplorer.data`);
+the JavaScript only draws the selected row.  Like every
+:class:`tilebook.widgets.Widget`: self-contained HTML, native radio buttons with
+labels (keyboard accessible), colours from the page's theme, and a root
+``data-value`` that changes when a knob turns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .widgets import Widget
+
+__all__ = ["DotExplorer"]
+
+_CSS = """
+.tbw-dot .tbw-facts{display:grid;grid-template-columns:max-content 1fr;gap:3px 12px;
+margin:8px 0;font-size:13px}
+.tbw-dot .tbw-facts dt{color:var(--tbw-muted);font-weight:600}
+.tbw-dot .tbw-facts dd{margin:0;overflow-wrap:anywhere}
+.tbw-dot .tbw-readout{font-family:monospace;font-size:19px;overflow-wrap:anywhere}
+"""
+
+_DOT_JS = r"""
+var body=root.querySelector(".tbw-body");body.innerHTML="";
+var st=document.createElement("style");st.textContent=data.css;root.appendChild(st);
+function el(tag,cls,text){var e=document.createElement(tag);if(cls)e.className=cls;
+  if(text!==undefined)e.textContent=text;return e}
+var state={};
+data.knobs.forEach(function(k,ki){
+  var row=el("div","tbw-knob");var lab=el("span","tbw-label",k.label);lab.id=root.id+"-k"+ki;
+  row.appendChild(lab);var group=el("div","tbw-choices");group.setAttribute("role","radiogroup");
+  group.setAttribute("aria-labelledby",lab.id);group.dataset.knob=k.name;state[k.name]=k.initial;
+  k.values.forEach(function(v,vi){var l=el("label","tbw-choice");var r=el("input");
+    r.type="radio";r.name=root.id+"-"+ki;r.value=String(vi);r.checked=v===k.initial;
+    r.addEventListener("change",function(){if(r.checked){state[k.name]=v;update()}});
+    l.appendChild(r);l.appendChild(document.createTextNode(" "+v));group.appendChild(l)});
+  row.appendChild(group);body.appendChild(row);
+});
+var readout=el("div","tbw-readout");readout.setAttribute("aria-live","polite");
+var facts=el("dl","tbw-facts");var verdict=el("div","tbw-verdict");var note=el("div","tbw-note");
+[readout,facts,verdict,note].forEach(function(e){body.appendChild(e)});
+body.appendChild(el("div","tbw-caption",data.caption));
+function find(){return data.rows.find(function(r){return data.knobs.every(function(k){
+  return r.knobs[k.name]===state[k.name]})})}
+function update(){
+  var r=find();root.classList.remove("tbw-slow","tbw-wrong");facts.innerHTML="";
+  var key=data.knobs.map(function(k){return state[k.name]}).join(" | ");
+  root.dataset.value=key;
+  if(!r){readout.textContent="not part of this explorer";verdict.textContent="";
+    note.textContent="";root.dataset.verdict="";return}
+  readout.textContent=r.headline;
+  data.facts.forEach(function(f){if(r.facts[f.key]){facts.appendChild(el("dt","",f.label));
+    facts.appendChild(el("dd","",r.facts[f.key]))}});
+  if(r.wrong){root.classList.add("tbw-wrong");verdict.textContent="Wrong: "+r.wrong}
+  else if(r.slow){root.classList.add("tbw-slow");verdict.textContent="Slow: "+r.slow}
+  else{verdict.textContent=data.fine}
+  note.textContent=r.note||"";
+  root.dataset.verdict=r.wrong?"wrong":(r.slow?"slow":"ok");
+}
+update();
+"""
+
+
+class DotExplorer(Widget):
+    """Choice knobs over settings of ``tl.dot``; shows the selected setting's facts.
+
+    Parameters
+    ----------
+    rows
+        One dict per setting: a value for every knob, ``headline`` (what the dot
+        became, e.g. ``"wgmma: HGMMA.64x64x16.F32"``), a text for each key of
+        ``facts``, and optionally ``wrong`` (why this setting fails to compile
+        or computes a wrong answer), ``slow`` (why it is slow) and ``note``.
+        Every value is text.
+    knobs
+        ``{row key: [values in the order to show them]}``, in knob order; each
+        knob is a list of radio buttons.
+    facts
+        ``{row key: label}``: the lines shown for the selected row, in order.
+    caption
+        Where the figures come from.
+    labels
+        Knob labels (default: the row keys).
+    initial
+        The setting shown first (default: the first value of each knob).
+    fine
+        The verdict of a row that is neither wrong nor slow.
+    """
+
+    kind = "dot"
+    script = _DOT_JS
+
+    def __init__(
+        self,
+        rows: Sequence[dict[str, Any]],
+        knobs: dict[str, Sequence[str]],
+        facts: dict[str, str],
+        *,
+        caption: str,
+        labels: dict[str, str] | None = None,
+        initial: dict[str, str] | None = None,
+        fine: str = "Runs on the tensor cores and keeps its accuracy.",
+        title: str = "tl.dot explorer",
+    ) -> None:
+        if not rows:
+            raise ValueError("DotExplorer needs at least one row")
+        if not knobs:
+            raise ValueError("DotExplorer needs at least one knob")
+        self.knobs = {k: [str(v) for v in vs] for k, vs in knobs.items()}
+        for k, vs in self.knobs.items():
+            if not vs or len(set(vs)) != len(vs):
+                raise ValueError(f"knob {k!r} needs distinct values, got {vs!r}")
+        seen = set()
+        for r in rows:
+            missing = [k for k in (*self.knobs, "headline") if k not in r]
+            if missing:
+                raise ValueError(f"row {r} lacks {missing}")
+            for k, vs in self.knobs.items():
+                if str(r[k]) not in vs:
+                    raise ValueError(f"row has {k}={r[k]!r}, not among the knob's values {vs}")
+            key = tuple(str(r[k]) for k in self.knobs)
+            if key in seen:
+                raise ValueError(f"two rows for the setting {key}")
+            seen.add(key)
+            for field in (*facts, "headline", "wrong", "slow", "note"):
+                if r.get(field) is not None and not isinstance(r[field], str):
+                    raise TypeError(f"row field {field!r} must be text, got {r[field]!r}")
+        if not any(not r.get("wrong") for r in rows):
+            raise ValueError("DotExplorer needs at least one row that is not wrong")
+        self.rows = list(rows)
+        self.facts = dict(facts)
+        self.caption = caption
+        self.labels = dict(labels or {})
+        self.initial = {k: vs[0] for k, vs in self.knobs.items()}
+        for k, v in (initial or {}).items():
+            if k not in self.knobs or str(v) not in self.knobs[k]:
+                raise ValueError(f"initial {k}={v!r} is not a value of a knob")
+            self.initial[k] = str(v)
+        self.fine = fine
+        self.title = title
+
+    def row(self, **setting: str) -> dict[str, Any] | None:
+        """The row of one setting (every knob given), or None when there is none."""
+        if set(setting) != set(self.knobs):
+            raise ValueError(f"give every knob: {list(self.knobs)}")
+        for r in self.rows:
+            if all(str(r[k]) == str(v) for k, v in setting.items()):
+                return r
+        return None
+
+    def data(self) -> dict[str, Any]:
+        return {
+            "css": _CSS,
+            "knobs": [
+                {
+                    "name": k,
+                    "label": self.labels.get(k, k),
+                    "values": vs,
+                    "initial": self.initial[k],
+                }
+                for k, vs in self.knobs.items()
+            ],
+            "facts": [{"key": k, "label": label} for k, label in self.facts.items()],
+            "rows": [
+                {
+                    "knobs": {k: str(r[k]) for k in self.knobs},
+                    "headline": r["headline"],
+                    "facts": {k: r[k] for k in self.facts if r.get(k)},
+                    **{f: r[f] for f in ("wrong", "slow", "note") if r.get(f)},
+                }
+                for r in self.rows
+            ],
+            "caption": self.caption,
+            "fine": self.fine,
+        }
