@@ -4,6 +4,7 @@ every lesson fits 1280 px, pages load clean in dark mode."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from conftest import lesson_pages
@@ -128,11 +129,26 @@ def test_every_widget_reacts(server, browser_page, built_site):
     assert not outside, f"requests left localhost: {outside}"
 
 
-def test_pages_load_clean_in_dark_mode(server, browser_page):
+SCREENSHOTS = Path(
+    os.environ.get("TILEBOOK_SCREENSHOTS", Path(__file__).parents[1] / "docs/_build/screenshots")
+)
+
+
+def test_pages_load_clean_in_both_themes_and_are_photographed(server, browser_page):
+    """Top-level pages load without errors in light and dark mode; the landing page and
+    lesson 07 are saved as screenshots in both (docs/_build/screenshots), to look at."""
     page, problems, outside = browser_page
-    for path in ("index.html", "api.html", "glossary.html", "measurements.html", LESSON):
-        page.goto(f"{server}/{path}", wait_until="load")
-    page.evaluate("document.documentElement.dataset.theme = 'dark'")
-    assert page.locator("h1").first.is_visible()
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    for theme in ("light", "dark"):
+        for path in ("index.html", "api.html", "glossary.html", "measurements.html", LESSON):
+            page.goto(f"{server}/{path}", wait_until="load")
+            page.evaluate(f"document.documentElement.dataset.theme = '{theme}'")
+            assert page.locator("h1").first.is_visible(), path
+            if path in ("index.html", LESSON):
+                name = Path(path).stem
+                page.screenshot(path=str(SCREENSHOTS / f"{name}-{theme}.png"), full_page=True)
+    for theme in ("light", "dark"):
+        for name in ("index", Path(LESSON).stem):
+            assert (SCREENSHOTS / f"{name}-{theme}.png").stat().st_size > 10_000
     assert not problems, problems
     assert not outside, f"requests left localhost: {outside}"
