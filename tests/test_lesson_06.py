@@ -150,6 +150,15 @@ def test_experiment_arithmetic():
     assert experiment.programs(experiment.N, experiment.BLOCK) == 2**16 + 1
     assert experiment.distinct([1.0, 1.0, 1.0 + 2**-23]) == 2
     assert experiment.distinct([0.1, 0.1]) == 1
+    x = experiment.inputs(5000, device="cpu", exact=True)
+    parts = x[:4096].view(-1, 64).sum(1)
+    sums = set()
+    for order in (torch.arange(64), torch.randperm(64), torch.randperm(64)):
+        acc = torch.zeros((), dtype=torch.float32)
+        for value in parts[order]:
+            acc += value
+        sums.add(acc.item())
+    assert sums == {x[:4096].double().sum().item()}  # exact in any order
     with pytest.raises(ValueError, match="positive"):
         experiment.programs(0, 256)
     with pytest.raises(ValueError, match="runs"):

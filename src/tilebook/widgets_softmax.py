@@ -149,7 +149,7 @@ class OnlineSoftmaxStepper(Widget):
         self,
         rows: Mapping[str, Sequence[float]] | None = None,
         *,
-        blocks: Sequence[int] = (4, 2, 8),
+        blocks: Sequence[int] = (2, 4, 8),
         initial: Mapping[str, Any] | None = None,
         title: str = "Online softmax, block by block",
     ) -> None:
@@ -171,7 +171,7 @@ class OnlineSoftmaxStepper(Widget):
         self.title = title
         self.initial = {
             "row": next(iter(self.rows)),
-            "block": blocks[0],
+            "block": blocks[len(blocks) // 2],
             "rescale": "on",
             "step": 0,
             **dict(initial or {}),
@@ -264,7 +264,7 @@ var sub=el("div","tbw-sub");var pic=el("div");var legend=el("div","tbw-legend");
 var verdict=el("div","tbw-verdict");var note=el("div","tbw-note");var tab=el("div","tbw-steps");
 [readout,sub,pic,legend,verdict,note,tab].forEach(function(e){body.appendChild(e)});
 [["var(--tbw-accent)","read so far"],["var(--tbw-border)","not read yet"],
- ["var(--tbw-wrong)","computed probability"],["var(--tbw-fg)","true probability"]].forEach(
+ ["var(--tbw-bad)","computed probability"],["var(--tbw-fg)","true probability"]].forEach(
   function(p){var s=el("span");var sw=el("span","tbw-sw");sw.style.background=p[0];
   s.appendChild(sw);s.appendChild(document.createTextNode(p[1]));legend.appendChild(s)});
 body.appendChild(el("div","tbw-caption","Computed in float64 by "+
@@ -293,7 +293,7 @@ function draw(r,xs,k){
     function py(v){return bot-v/pmax*(bot-mid-14)}
     xs.forEach(function(v,i){
       var c=sv("rect",{x:i*bw+2,y:py(r.p[i]),width:bw/2-2,height:bot-py(r.p[i])});
-      c.style.fill="var(--tbw-wrong)";var t=sv("title",{});
+      c.style.fill="var(--tbw-bad)";var t=sv("title",{});
       t.textContent="computed p["+i+"] = "+num(r.p[i]);c.appendChild(t);svg.appendChild(c);
       var e=sv("rect",{x:i*bw+bw/2,y:py(r.true[i]),width:bw/2-2,height:bot-py(r.true[i])});
       e.style.fill="var(--tbw-fg)";var u=sv("title",{});
