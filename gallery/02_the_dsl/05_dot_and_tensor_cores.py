@@ -605,21 +605,21 @@ def explore(arch, inputs, tile):
         r["compiled"] += (
             f"{k.registers} registers, {k.spill_stores_bytes} bytes spilled"
         )
-    pair = inputs.replace("fp32 ", "").split(" -> ")[0] + " -> " + out
-    if (pair, KS[-1]) in by:
-        r["error"] = f"{by[pair, KS[-1]]:.1f} times the rounding at K = {KS[-1]}"
-        if by[pair, KS[-1]] > WRONG:
+    if (inputs, KS[-1]) in by:
+        r["error"] = f"{by[inputs, KS[-1]]:.1f} times the rounding at K = {KS[-1]}"
+        if by[inputs, KS[-1]] > WRONG:
             r["wrong"] = f"the accumulator loses accuracy: {r['error']}"
     elif out == "bf16":
-        r["wrong"] = "a bf16 sum keeps fewer bits than fp16's (measured on a GPU)"
+        r["wrong"] = "a bf16 sum keeps fewer bits than an fp16 one (bf16 needs a GPU)"
     path = inputs.split(" ->")[0]
     if path in rows:
-        e = f"{err[path]:.1e} against float64 of the float32 data"
+        e = f"{err[path]:.1e} against float64 of the float32 data (timed tile)"
         r["error"] = f"{r['error']}; {e}" if "error" in r else e
         if arch == 90 and tile == TILE:
-            r["rate"] = f"{rows[path]['tflops']:,.0f} TFLOP/s, "
-            r["rate"] += f"{vs[path].ratio:.1f} times the FMA loop"
-    r.setdefault("rate", "measured for one tile on the H100 only")
+            r["rate"] = f"{rows[path]['tflops']:,.0f} TFLOP/s"
+            if how != "FMA":
+                r["rate"] += f", {vs[path].ratio:.1f} times the FMA loop"
+    r.setdefault("rate", "measured for the timed tile on sm_90 only")
     if how == "FMA":
         r["slow"] = "every product is a separate instruction on the ordinary units"
     elif how == "HMMA" and arch >= 90:

@@ -254,11 +254,7 @@ say(
 # Checked on every variant: one warp has no third level, and the most warps
 # leave little for the first.
 
-
-def seen(op: str) -> str:
-    return ", ".join(f"num_warps={r['warps']}: {r[op]}" for r in counts)
-
-
+seen = lambda op: ", ".join(f"num_warps={r['warps']}: {r[op]}" for r in counts)
 lowering = Claims("06 reductions", AOT)
 lowering.check(
     "A tl.sum takes log2(32) shuffles within a warp plus log2(num_warps) across warps",
@@ -602,35 +598,40 @@ table(accuracy, columns, caption=ACC)
 
 # %%
 
-MOST, GAP = 16, 4  # in units of eps
+MOST = 64  # eps: below the relative error a float32 check tolerates
 worst = max(max(r["two-pass"], r["online"]) for r in accuracy)
-gap = max(abs(r["two-pass"] - r["online"]) for r in accuracy)
+gap = max(r["online"] - r["two-pass"] for r in accuracy)
 online_ok = Claims("06 reductions", ACC)
-online_ok.check(
-    f"Both within {MOST} eps of the exact sum", worst < MOST, f"{worst:.2f}"
-)
-online_ok.check(
-    f"Rescaling costs no accuracy: within {GAP} eps", gap < GAP, f"{gap:.2f}"
-)
+text = f"Both stay within {MOST} eps of the exact sum, inside a float32 check"
+online_ok.check(text, worst < MOST, f"largest error {worst:.2f} eps")
 online_ok
+
+# %%
+
+say(
+    "At most, the online error exceeds the two-pass error by {gap:.2f} eps: {what}.",
+    gap=max(gap, 0.0),
+    what="rescaling costs next to nothing"
+    if gap < 2
+    else "the rounding of each rescale's exponential adds to its error",
+)
 
 # %%
 # Why one walk matters
 # --------------------
-# One walk fewer saves a third of a long row's reads (lesson 10).  The bigger
-# gift is to attention, whose output for a query is a softmax-weighted sum of
-# value vectors, :math:`o = \sum_j y_j v_j`, over a row of scores too long for
-# a tile.  The same rescaling applies to a running *output*:
+# One walk fewer saves a third of a long row's reads (lesson 10).  More: an
+# attention output :math:`o = \sum_j y_j v_j` rescales the same way, as a
+# running *output*:
 #
 # .. math::
 #
 #    o' = o\, e^{m - m'} + \sum_{j \in \text{block}} e^{x_j - m'} v_j ,
 #    \qquad \text{and at the end} \quad o / s .
 #
-# The scores are used in the block that made them and never stored: nothing
-# of size ``N x N`` reaches :term:`HBM`.  That is flash attention (lesson 12).
-# And as :math:`\oplus` is associative, a row's blocks may be split among
-# programs and their :math:`(m, s, o)` merged at the end.
+# Scores are used in the block that made them and never stored: nothing of
+# size ``N x N`` reaches :term:`HBM`.  That is flash attention (lesson 12).
+# As :math:`\oplus` is associative, a row's blocks may even be split among
+# programs, their :math:`(m, s, o)` merged at the end.
 #
 # The package's kernel
 # --------------------

@@ -1,0 +1,276 @@
+"""Lesson 05 (tl.dot and tensor cores): its kernels, its rule, its exercises, its measurement.
+
+Running the whole lesson takes a while (it compiles for three GPUs), so these
+tests lift its kernels and its rule out of the script (by their source) into a
+small module: the kernels against float64 under the interpreter, the rule of
+what ``tl.dot`` becomes against compiles the lesson does not make itself, the
+exercises' checks on a right and a wrong answer, and the measurement it shares,
+:func:`tilebook.experiments.dot.paths` (its kernel under the interpreter, the
+whole measurement on a GPU).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+import tilebook
+from tilebook.aot import compile_many
+from tilebook.exercises import check
+from tilebook.experiments import dot as experiment
+
+ROOT = Path(__file__).parents[1]
+LESSON = ROOT / "gallery" / "02_the_dsl" / "05_dot_and_tensor_cores.py"
+SOURCE = LESSON.read_text()
+TREE = ast.parse(SOURCE)
+LIFTED = [
+    "tile_dot_kernel",
+    "tile_dot",
+    "CHOICES",
+    "SHAPES",
+    "TILES",
+    "TILE",
+    "TL",
+    "job",
+    "label",
+    "dot_ops",
+    "smallest_k",
+    "lowering",
+    "chain_kernel",
+]
+
+
+def _source(name: str) -> str:
+    found = [
+        n
+        for n in TREE.body
+        if (isinstance(n, ast.FunctionDef) and n.name == name)
+        or (
+            isinstance(n, ast.Assign | ast.Expr)
+            and name in {t.id for t in getattr(n, "targets", []) if isinstance(t, ast.Name)}
+        )
+    ]
+    assert found, f"lesson 05 defines no {name!r} at top level"
+    lines = SOURCE.splitlines()
+    out = []
+    for node in found:
+        start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        out.append("\n".join(lines[start - 1 : node.end_lineno]))
+    extra = [n for n in TREE.body if isinstance(n, ast.Expr) and name == "TL"]
+    for node in extra:  # TL.update(...) follows TL
+        text = ast.get_source_segment(SOURCE, node)
+        if text.startswith("TL.update"):
+            out.append(text)
+    return "\n".join(out)
+
+
+@pytest.fixture(scope="module")
+def lesson(tmp_path_factory):
+    head = (
+        "import re\nfrom collections import Counter\n"
+        "import torch\nimport triton\nimport triton.language as tl\n"
+        "from triton.backends.compiler import GPUTarget\n"
+        "from triton.backends.nvidia.compiler import min_dot_size\n"
+        "from tilebook.experiments import dot as experiment\n\n"
+    )
+    body = "\n\n".join(_source(n) for n in LIFTED)
+    path = tmp_path_factory.mktemp("lesson05") / "lesson05_lifted.py"
+    path.write_text(head + body + "\n")
+    spec = importlib.util.spec_from_file_location("lesson05_lifted", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _rel(x, exact):
+    return ((x.double() - exact).norm() / exact.norm()).item()
+
+
+@pytest.mark.parametrize(("m", "n", "k"), [(16, 16, 16), (32, 16, 64), (16, 64, 32)])
+def test_tile_dot_matches_float64(lesson, device, m, n, k):
+    a = torch.randn(m, k, device=device, dtype=torch.float16)
+    b = torch.randn(k, n, device=device, dtype=torch.float16)
+    c = lesson.tile_dot(a, b)
+    assert c.dtype == torch.float32 and c.shape == (m, n)
+    assert _rel(c, a.double() @ b.double()) < 1e-5
+
+
+def test_tile_dot_kernel_options(lesson, device):
+    a = torch.randn(32, 64, device=device, dtype=torch.float16)
+    b = torch.randn(64, 16, device=device, dtype=torch.float16)
+    c = torch.empty(32, 16, device=device, dtype=torch.float16)
+    lesson.tile_dot_kernel[(1,)](a, b, c, M=32, N=16, K=64, OUT_DTYPE=tl.float16)
+    assert _rel(c, a.double() @ b.double()) < 2e-3
+
+
+def _chain(lesson, device, acc, k, mn=16):
+    g = torch.Generator().manual_seed(k)
+    a = torch.randn(mn, k, generator=g).to(device, torch.float16)
+    b = torch.randn(k, mn, generator=g).to(device, torch.float16)
+    c = torch.empty(mn, mn, device=device, dtype=torch.float16)
+    lesson.chain_kernel[(1,)](a, b, c, k, M=mn, STEP=16, ACC=acc)
+    exact = a.double() @ b.double()
+    return _rel(c, exact) / _rel(exact.half(), exact)
+
+
+def test_chain_kernel_float32_accumulator_costs_only_the_rounding(lesson, device):
+    for k in (16, 256, 1024):
+        assert _chain(lesson, device, tl.float32, k) < 1.5
+
+
+def test_chain_kernel_fp16_accumulator_loses_accuracy_with_k(lesson, device):
+    short, long = (_chain(lesson, device, tl.float16, k) for k in (16, 1024))
+    assert short < 1.5 and long > 2
+
+
+@pytest.mark.gpu
+def test_chain_kernel_bf16_accumulator_on_a_gpu(lesson):
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(64, 4096, generator=g).to("cuda", torch.bfloat16)
+    b = torch.randn(4096, 64, generator=g).to("cuda", torch.bfloat16)
+    exact = a.double() @ b.double()
+    ratio = {}
+    for acc in (tl.float32, tl.bfloat16):
+        c = torch.empty(64, 64, device="cuda", dtype=torch.bfloat16)
+        lesson.chain_kernel[(1,)](a, b, c, 4096, M=64, STEP=16, ACC=acc)
+        ratio[acc] = _rel(c, exact) / _rel(exact.bfloat16(), exact)
+    assert ratio[tl.float32] < 1.5 and ratio[tl.bfloat16] > 2
+
+
+def test_the_timed_tile_is_the_experiments(lesson):
+    assert lesson.TILES[lesson.TILE] == (*experiment.TILE, experiment.WARPS)
+    assert set(lesson.CHOICES) >= {f"{p} -> fp32" for p in experiment.PATHS}
+
+
+def test_smallest_k_is_tritons(lesson):
+    assert lesson.smallest_k("fp16") == lesson.smallest_k("bf16") == 16
+    assert lesson.smallest_k("fp8e4nv") == lesson.smallest_k("fp8e5") == 32
+    assert lesson.smallest_k("fp32") in (8, 16)  # 16 in Triton 3.6, 8 from 3.8
+
+
+def test_the_rule_on_compiles_the_lesson_does_not_make(lesson):
+    """Settings the widget shows from the rule alone, compiled here."""
+    tiles = list(lesson.TILES)
+    settings = [
+        (90, "fp16 -> fp32", tiles[1]),  # two warpgroups: wgmma
+        (80, "fp32 tf32 -> fp32", lesson.TILE),  # Ampere's tf32 mma
+        (90, "fp8 e5m2 -> fp32", tiles[2]),  # two warps: mma, fp8 converted first
+        (75, "fp16 -> fp16", lesson.TILE),  # a T4: HFMA2
+    ]
+    compiled = compile_many(
+        {lesson.label(s): lesson.job(*s) for s in settings}, kernel=lesson.tile_dot_kernel
+    )
+    expected = ["HGMMA", "HMMA", "HMMA", "FMA"]
+    for s, want in zip(settings, expected, strict=True):
+        assert lesson.lowering(*s) == want
+        op = lesson.dot_ops(compiled[lesson.label(s)])[0][0].split(".")[0]
+        assert {"FFMA": "FMA", "HFMA2": "FMA"}.get(op, op) == want, (s, op)
+
+
+def test_the_rule_refuses_what_the_compiler_refuses(lesson):
+    tiles = list(lesson.TILES)
+    assert lesson.lowering(90, "fp16 -> fp32", tiles[-1]).startswith("refused: K = 8")
+    assert lesson.lowering(80, "fp8 e4m3 -> fp32", lesson.TILE).startswith("refused")
+    assert lesson.lowering(90, "fp8 e4m3 -> fp32", lesson.TILE) == "QGMMA"
+    assert lesson.lowering(75, "fp8 e5m2 -> fp32", tiles[-1]).startswith("refused: K = 8")
+
+
+# -- the exercises' checks ------------------------------------------------------------
+
+
+@triton.jit
+def _abt_kernel(a_ptr, b_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
+    rm = tl.arange(0, M)
+    rn = tl.arange(0, N)
+    rk = tl.arange(0, K)
+    a = tl.load(a_ptr + rm[:, None] * K + rk[None, :])
+    b = tl.load(b_ptr + rn[None, :] * K + rk[:, None])  # exercise 1's solution
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], tl.dot(a, b))
+
+
+@triton.jit
+def _plus_kernel(a_ptr, b_ptr, c0_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
+    rm = tl.arange(0, M)
+    rn = tl.arange(0, N)
+    rk = tl.arange(0, K)
+    a = tl.load(a_ptr + rm[:, None] * K + rk[None, :])
+    b = tl.load(b_ptr + rk[:, None] * N + rn[None, :])
+    c0 = tl.load(c0_ptr + rm[:, None] * N + rn[None, :])
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], tl.dot(a, b, c0))  # exercise 2
+
+
+def test_exercise_1_check_passes_the_solution_and_catches_a_b(lesson, device):
+    a = torch.randn(32, 64, dtype=torch.float16, device=device)
+    b = torch.randn(16, 64, dtype=torch.float16, device=device)
+
+    def abt(a, b, out):
+        (m, k), n = a.shape, b.shape[0]
+        _abt_kernel[(1,)](a, b, out, M=m, N=n, K=k)
+
+    def unchanged(a, b, out):  # the lesson's kernel, b read as if it were (K, N)
+        (m, k), n = a.shape, b.shape[0]
+        lesson.tile_dot_kernel[(1,)](a, b, out, M=m, N=n, K=k)
+
+    kw = {"block": (32, 16), "out_dtype": torch.float32}
+    assert check(abt, lambda a, b: a @ b.T, [(a, b)], **kw).ok
+    wrong = check(unchanged, lambda a, b: a @ b.T, [(a, b)], **kw)
+    assert not wrong.ok and "wrong" in wrong.kinds(), str(wrong)
+
+
+def test_exercise_2_check_passes_the_solution(device):
+    a = torch.randn(32, 64, dtype=torch.float16, device=device)
+    b = torch.randn(64, 16, dtype=torch.float16, device=device)
+    c0 = torch.randn(32, 16, device=device)
+
+    def plus(a, b, c0, out):
+        _plus_kernel[(1,)](a, b, c0, out, M=32, N=16, K=64)
+
+    verdict = check(
+        plus, lambda a, b, c0: a @ b + c0, [(a, b, c0)], block=(32, 16), out_dtype=torch.float32
+    )
+    assert verdict.ok, str(verdict)
+
+
+# -- the measurement ----------------------------------------------------------------------
+
+
+def test_repeat_dot_kernel_chains_the_product(device):
+    a = torch.randn(64, 32, device=device)
+    b = torch.randn(32, 64, device=device)
+    c = torch.full((2, 64, 64), float("nan"), device=device)
+    experiment.repeat_dot_kernel[(2,)](a, b, c, 3, M=64, N=64, K=32, PRECISION="ieee")
+    want = 3 * (a.double() @ b.double())
+    for p in range(2):
+        assert _rel(c[p], want) < 1e-5
+
+
+def test_paths_are_named_and_checked():
+    assert next(iter(experiment.PATHS)) == "fp32 ieee"  # the baseline first
+    assert experiment.available_paths((8, 0)) == [
+        p for p in experiment.PATHS if not p.startswith("fp8")
+    ]
+    assert experiment.available_paths((9, 0)) == list(experiment.PATHS)
+    with pytest.raises(ValueError, match="unknown paths"):
+        experiment.paths(["fp64"])
+    with pytest.raises(ValueError, match="positive"):
+        experiment.paths(["bf16"], repeat=0)
+
+
+@pytest.mark.gpu
+def test_paths_on_a_gpu():
+    names = ["fp32 ieee", "fp32 tf32", "bf16"]
+    rows = experiment.paths(names, repeat=8, waves=1, rounds=1, warmup=1, rep=5)
+    by = {r["path"]: r for r in rows}
+    assert list(by) == names
+    for r in rows:
+        assert r["tflops"] > 0 and r["p20_ms"] <= r["median_ms"] <= r["p80_ms"]
+        assert {"err", "err_dot", "programs", "M", "N", "K"} <= set(r)
+    assert by["fp32 ieee"]["err"] < by["fp32 tf32"]["err"] < 5e-3
+    assert by["bf16"]["err"] > 10 * by["bf16"]["err_dot"]
+    assert tilebook.is_gpu()
