@@ -92,7 +92,12 @@ def test_committed_records_carry_full_provenance():
         rec = bench.load_record(name, bench.RECORDS_DIR)
         for key in ("gpu", "torch", "triton", "cuda", "date", "copy_gbps"):
             assert rec.provenance.get(key), (name, key)
-        assert rec.rows and all("median_ms" in r for r in rec.rows)
+        # a timing record times every row; a compile record (lesson10_binaries) reads
+        # every row's registers from the compiled kernel
+        assert rec.rows, name
+        assert all("median_ms" in r for r in rec.rows) or all("registers" in r for r in rec.rows), (
+            name
+        )
 
 
 def test_vector_add_record_meets_its_target():

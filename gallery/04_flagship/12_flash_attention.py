@@ -617,8 +617,6 @@ kw = {"d": 128, "heads": 16, "tokens": TOKENS, "flex_at": [FLEX_AT], "extra": ex
 kw |= {"warmup": 5, "rep": 20}  # short rounds, for the page's time budget
 title = "attention, bfloat16, D=128, 16 heads, 16384 tokens: TFLOP/s by length"
 runs = record_or_measure("lesson12_lengths", title, lambda: xp.lengths(LENGTHS, **kw))
-if runs is None:
-    say("{m}", m=no_record_message("lesson12_lengths"))
 style = {"x": "n", "y": "tflops", "series": "impl", "logx": True, "order": IMPLS}
 style |= {"xlabel": "sequence length N", "ylabel": "TFLOP/s"}
 
@@ -629,6 +627,8 @@ def plot(kernel, mask):
         return plot_record(runs, where=where, title=f"{kernel}, {mask}", **style)
 
 
+# %%
+say("{m}", m=no_record_message("lesson12_lengths")) if runs is None else None
 # %%
 fig = plot("forward", "full")
 # %%

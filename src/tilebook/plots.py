@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -101,7 +102,7 @@ def plot_record(
     record in that message.
     """
     if record is None:
-        print(no_record_message(name or "this benchmark"))
+        print(textwrap.fill(no_record_message(name or "this benchmark"), 80))
         return None
     rows = record.select(**(where or {}))
     rows = [r for r in rows if r.get(y) is not None]

@@ -50,7 +50,7 @@ white-space:nowrap}
 .tbw th{font-weight:600;white-space:normal;overflow-wrap:anywhere;background:transparent}
 .tbw td[role=button]{cursor:pointer}
 .tbw td.tbw-cell-slow{background:rgba(213,94,0,0.45)}
-.tbw td.tbw-cell-wrong{background:rgba(179,38,30,0.55);color:#fff}
+.tbw td.tbw-cell-wrong{background:#B3261E;color:#fff}
 .tbw td.tbw-cur{outline:3px solid var(--tbw-fg);outline-offset:-3px;font-weight:700}
 .tbw .tbw-caption{color:var(--tbw-muted);font-size:12px;margin-top:8px}
 """

@@ -369,6 +369,7 @@ background:var(--tbw-bg)}
 .tbw.tbw-stages .tbw-cl{display:flex;gap:8px;padding:0 4px}
 .tbw.tbw-stages .tbw-cl.tbw-lit{background:rgba(0,114,178,0.22);box-shadow:inset 3px 0 0 var(--tbw-accent)}
 .tbw.tbw-stages .tbw-ln{flex:0 0 3.5em;text-align:right;color:var(--tbw-muted);user-select:none}
+.tbw.tbw-stages .tbw-on .tbw-ln,.tbw.tbw-stages .tbw-lit .tbw-ln{color:var(--tbw-fg)}
 .tbw.tbw-stages .tbw-lt{flex:1 1 auto;min-width:0;white-space:pre-wrap;overflow-wrap:anywhere}
 .tbw.tbw-stages .tbw-job{margin-top:6px}
 """
