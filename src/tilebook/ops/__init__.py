@@ -1,8 +1,8 @@
 """One module per kernel: its Triton kernels, the launcher and autograd where it applies.
 
-Inside a ``torch.compile``'d function each public op runs as an opaque call: Dynamo
-stops its graph there (a graph break), calls the op as ordinary eager code, with
-autograd, and resumes after it.  That keeps every op usable in compiled models on
-any Triton version; registering them as ``torch.library`` custom ops, which would
-let Inductor keep one graph around them, is the next step.
+Every public op is also a ``torch.library`` operator (``torch.ops.tilebook.*``;
+:mod:`tilebook.ops.library`): inside a ``torch.compile``'d function the op calls
+its operator instead of its eager path, so ``fullgraph=True`` holds, the gradient
+is traced with the rest, and Inductor launches the traceable kernels itself.
+Called eagerly, each op keeps its own fast path.
 """

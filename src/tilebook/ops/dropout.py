@@ -34,12 +34,14 @@ import triton.language as tl
 
 from .._launch import device_guard, direct_launch_enabled, launch, launcher_for
 from ..validation import check_tensor
+from . import library
 
 __all__ = [
     "GROUP",
     "MAX_NUMEL",
     "SUB",
     "DropoutFunction",
+    "compile_jobs",
     "dropout",
     "dropout_kernel",
     "launch_dropout",
@@ -233,7 +235,93 @@ def _check_seed(seed: object) -> int:
 _grad_enabled = torch.is_grad_enabled
 
 
-@torch.compiler.disable  # opaque to torch.compile: see tilebook.ops docstring
+# --------------------------------------------------------------------------- torch.library
+# Two operators.  With a seed, the kernel is traced (Inductor launches it).  Without
+# one, eager dropout draws a seed from torch's generator on every call; a compiled
+# graph cannot turn a drawn tensor into the kernel's integer argument without a
+# data-dependent .item(), so there the seed is drawn in the graph as a CPU tensor
+# (the same generator and draw as eager) and an opaque operator reads it at run time.
+
+
+def _op_forward(x: torch.Tensor, p: float, seed: int) -> torch.Tensor:
+    """The mask of ``(seed, p)`` applied to ``x`` (any strides: copied if needed)."""
+    x = x.contiguous()
+    y = torch.empty_like(x, memory_format=torch.contiguous_format)
+    if x.numel():
+        grid, meta = _plan(x)
+        library.launch(dropout_kernel, grid, x, y, x.numel(), seed, _threshold_bits(p),
+                       _scale(p), **meta)  # fmt: skip
+    return y
+
+
+def _op_drawn(x: torch.Tensor, p: float, seed: torch.Tensor) -> torch.Tensor:
+    """:func:`_op_forward` with the seed held in a 0-d int64 tensor (read at run time)."""
+    return _apply(x.contiguous(), p, int(seed))
+
+
+def _op_drawn_fake(x: torch.Tensor, p: float, seed: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+dropout_op = library.define("dropout", _op_forward, kernels=(dropout_kernel,))
+dropout_drawn_op = library.define_opaque("dropout_drawn", _op_drawn, fake=_op_drawn_fake)
+
+
+def _op_setup(ctx, inputs, output) -> None:
+    ctx.p, ctx.seed = inputs[1], inputs[2]
+
+
+def _op_grad(ctx, dy):
+    # Linear in x: the same mask and scale applied to dy.
+    return dropout_op(dy, ctx.p, ctx.seed), None, None
+
+
+def _op_drawn_setup(ctx, inputs, output) -> None:
+    ctx.p = inputs[1]
+    ctx.save_for_backward(inputs[2])
+
+
+def _op_drawn_grad(ctx, dy):
+    (seed,) = ctx.saved_tensors
+    return dropout_drawn_op(dy, ctx.p, seed), None, None
+
+
+dropout_op.register_autograd(_op_grad, setup_context=_op_setup)
+dropout_drawn_op.register_autograd(_op_drawn_grad, setup_context=_op_drawn_setup)
+
+
+def _compiled(x, p, seed, training) -> torch.Tensor:
+    """:func:`dropout` inside torch.compile: the checks, then an operator."""
+    check_tensor(x, "x", "dropout")
+    p = _check_p(p)
+    if not isinstance(training, bool):
+        raise TypeError(f"dropout: training must be a bool, got {type(training).__name__}")
+    if seed is not None:
+        seed = _check_seed(seed)
+    if not training or p == 0.0:
+        return x
+    if x.numel() > MAX_NUMEL:
+        raise ValueError(
+            f"dropout: x has {x.numel()} elements, but dropout supports at most {MAX_NUMEL}"
+        )
+    if seed is None:
+        return dropout_drawn_op(x, p, torch.randint(0, 2**62, (), dtype=torch.int64))
+    return dropout_op(x, p, seed)
+
+
+_compiling = torch.compiler.is_compiling
+
+
+def compile_jobs(arch: int = 90, dtype: torch.dtype | None = None) -> dict[str, dict]:
+    """:func:`dropout_kernel` as a job of :func:`tilebook.aot.compile_many` for
+    ``sm_<arch>``, configured as :func:`launch_dropout` configures it (a 64-bit seed,
+    as drawn ones are)."""
+    from . import targets
+
+    x = targets.meta_tensor(1 << 24, dtype=dtype or targets.default_dtype(arch))
+    return targets.recorded(lambda: _op_forward(x, 0.1, 2**40 + 1), arch, "2^24")
+
+
 def dropout(
     x: torch.Tensor, p: float = 0.5, *, seed: int | None = None, training: bool = True
 ) -> torch.Tensor:
@@ -258,10 +346,16 @@ def dropout(
     training
         When False, dropout is the identity and ``x`` itself is returned.
 
+    Inside ``torch.compile`` the call is the operator ``torch.ops.tilebook.dropout``
+    (with ``seed=``: Inductor sees the kernel) or ``torch.ops.tilebook.dropout_drawn``
+    (without: the seed is drawn in the graph, from the same generator).
+
     Examples
     --------
     >>> y = tilebook.dropout(x, 0.1, seed=1234)   # doctest: +SKIP
     """
+    if _compiling():
+        return _compiled(x, p, seed, training)
     check_tensor(x, "x", "dropout")
     p = _check_p(p)
     if not isinstance(training, bool):

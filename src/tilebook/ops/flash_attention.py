@@ -45,6 +45,7 @@ from triton.runtime.errors import OutOfResources
 from .. import runtime
 from .._launch import device_guard, ensure_cuda_context
 from ..validation import check_same_dtype_device, check_tensor
+from . import library
 
 try:  # host-side tensor descriptors arrived in Triton 3.4
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -58,6 +59,7 @@ __all__ = [
     "attention_backward",
     "attention_forward",
     "compile_ahead",
+    "compile_jobs",
     "document_ranges",
     "flash_attention",
     "launch_dkdv",
@@ -479,10 +481,14 @@ def pick_configs(
     if device.type != "cuda":
         return _INTERPRETER
     major, minor = runtime.capability(device)
-    key = (major * 10 + minor, head_dim, _DTYPE_NAMES[dtype], bool(causal))
+    return _configs_for(major * 10 + minor, head_dim, _DTYPE_NAMES[dtype], causal)
+
+
+def _configs_for(arch: int, head_dim: int, dtype: str, causal: bool) -> dict[str, KernelConfig]:
+    key = (arch, head_dim, dtype, bool(causal))
     if key in CONFIGS:
         return CONFIGS[key]
-    if major == 9:  # H100 and H200 share the sm_90 tables
+    if arch // 10 == 9:  # H100 and H200 share the sm_90 tables
         return CONFIGS[(90, *key[1:])]
     return _FALLBACK_256 if head_dim == 256 else _FALLBACK
 
@@ -629,10 +635,13 @@ def attention_forward(
     return o, lse
 
 
+_PREPROCESS_BLOCK = 64
+
+
 def launch_preprocess(o: torch.Tensor, do: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
     """``delta[b, h, i] = sum_d dO * O`` into the float32 ``delta`` (B, H, Nq)."""
     B, H, Nq, D = o.shape
-    block = 64
+    block = _PREPROCESS_BLOCK
     with device_guard(o):
         _bwd_preprocess_kernel[(triton.cdiv(Nq, block), B * H)](
             o, do, delta, H, Nq, o.stride(0), o.stride(1), o.stride(2),
@@ -822,7 +831,104 @@ def _check_args(q, k, v, causal, sm_scale, window, document_ids) -> None:
 _DOC_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
 
 
-@torch.compiler.disable  # opaque to torch.compile: see tilebook.ops docstring
+# --------------------------------------------------------------------------- torch.library
+# Every kernel here reads through host-side tensor descriptors, which PyTorch's
+# tracer cannot record (tilebook.ops.library): inside torch.compile the forward and
+# the backward are opaque operators around the eager launchers.
+
+
+def _op_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    document_ids: torch.Tensor | None,
+    sm_scale: float,
+    left: int,
+    right: int,
+    band: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(o, lse)`` for checked inputs and the mask ``_Mask(left, right, band)``."""
+    B, H, Nq, D = q.shape
+    if k.shape[2] == 0 or q.numel() == 0:
+        o = torch.zeros((B, H, Nq, D), dtype=q.dtype, device=q.device)
+        return o, torch.full((B, H, Nq), float("inf"), device=q.device)
+    configs = pick_configs(D, q.dtype, band or document_ids is not None, q.device)
+    doc = document_ids.contiguous() if document_ids is not None else None
+    return attention_forward(
+        _ready(q), _ready(k), _ready(v), sm_scale=sm_scale, mask=_Mask(left, right, band),
+        document_ids=doc, config=configs["fwd"],
+    )  # fmt: skip
+
+
+def _op_forward_fake(q, k, v, document_ids, sm_scale, left, right, band):
+    B, H, Nq, D = q.shape
+    o = torch.empty((B, H, Nq, D), dtype=q.dtype, device=q.device)
+    return o, torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
+
+
+def _op_backward(
+    do: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    lse: torch.Tensor,
+    document_ids: torch.Tensor | None,
+    sm_scale: float,
+    left: int,
+    right: int,
+    band: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dq, dk, dv)`` from the forward operator's inputs and outputs."""
+    if k.shape[2] == 0 or q.numel() == 0:
+        return _op_backward_fake(do, q, k, v, o, lse, document_ids, sm_scale, left, right,
+                                 band, zeros=True)  # fmt: skip
+    configs = pick_configs(q.shape[3], q.dtype, band or document_ids is not None, q.device)
+    doc = document_ids.contiguous() if document_ids is not None else None
+    return attention_backward(
+        do, _ready(q), _ready(k), _ready(v), o, lse, sm_scale=sm_scale,
+        mask=_Mask(left, right, band), document_ids=doc, configs=configs,
+    )  # fmt: skip
+
+
+def _op_backward_fake(do, q, k, v, o, lse, document_ids, sm_scale, left, right, band, *,
+                      zeros=False):  # fmt: skip
+    new = torch.zeros if zeros else torch.empty
+    return tuple(new(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+
+
+flash_attention_op = library.define_opaque("flash_attention", _op_forward, fake=_op_forward_fake)
+flash_attention_backward_op = library.define_opaque(
+    "flash_attention_backward", _op_backward, fake=_op_backward_fake
+)
+
+
+def _op_setup(ctx, inputs, output) -> None:
+    q, k, v, document_ids, *ctx.rest = inputs
+    ctx.save_for_backward(q, k, v, output[0], output[1], document_ids)
+
+
+def _op_grad(ctx, do, _dlse):
+    q, k, v, o, lse, document_ids = ctx.saved_tensors
+    dq, dk, dv = flash_attention_backward_op(do, q, k, v, o, lse, document_ids, *ctx.rest)
+    return dq, dk, dv, None, None, None, None, None
+
+
+flash_attention_op.register_autograd(_op_grad, setup_context=_op_setup)
+
+
+def _compiled(q, k, v, causal, sm_scale, window, document_ids) -> torch.Tensor:
+    """:func:`flash_attention` inside torch.compile: the checks, then the operator."""
+    _check_args(q, k, v, causal, sm_scale, window, document_ids)
+    scale = float(sm_scale) if sm_scale is not None else 1.0 / math.sqrt(q.shape[3])
+    mask = _mask_for(causal, window, q.shape[2], k.shape[2])
+    o, _ = flash_attention_op(q, k, v, document_ids, scale, mask.left, mask.right, mask.band)
+    return o
+
+
+_compiling = torch.compiler.is_compiling
+
+
 def flash_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -875,10 +981,15 @@ def flash_attention(
     Gradients flow to q, k and v; for grouped heads, dK and dV sum over the query
     heads sharing a key/value head.
 
+    Inside ``torch.compile`` the call is the operator
+    ``torch.ops.tilebook.flash_attention`` (opaque: see :mod:`tilebook.ops.library`).
+
     Examples
     --------
     >>> o = tilebook.flash_attention(q, k, v, causal=True)   # doctest: +SKIP
     """
+    if _compiling():
+        return _compiled(q, k, v, causal, sm_scale, window, document_ids)
     _check_args(q, k, v, causal, sm_scale, window, document_ids)
     D = q.shape[3]
     scale = float(sm_scale) if sm_scale is not None else 1.0 / math.sqrt(D)
@@ -905,6 +1016,11 @@ def compile_ahead(
     registers, spills).  ``dtype`` is Triton's name ("bf16", "fp16")."""
     from ..aot import compile_kernel
 
+    return compile_kernel(**_ahead_job(kernel, config, head_dim, dtype, band, documents, arch))
+
+
+def _ahead_job(kernel, config, head_dim, dtype, band, documents, arch) -> dict:
+    """:func:`compile_ahead`'s compile job (for :func:`tilebook.aot.compile_many`)."""
     bm, bn = config.block_m, config.block_n
 
     def desc(rows):
@@ -933,11 +1049,40 @@ def compile_ahead(
         name = "_bwd_dq_kernel"
     else:
         raise ValueError(f"compile_ahead: kernel must be 'fwd', 'dkdv' or 'dq', got {kernel!r}")
-    return compile_kernel(
-        f"tilebook.ops.flash_attention:{name}",
-        sig,
-        consts,
-        arch=arch,
-        num_warps=config.num_warps,
-        num_stages=config.num_stages,
+    return {
+        "kernel": f"tilebook.ops.flash_attention:{name}",
+        "signature": sig,
+        "constexprs": consts,
+        "arch": arch,
+        "num_warps": config.num_warps,
+        "num_stages": config.num_stages,
+    }
+
+
+def compile_jobs(arch: int = 90, dtype: torch.dtype | None = None) -> dict[str, dict]:
+    """The four kernels as jobs of :func:`tilebook.aot.compile_many` for ``sm_<arch>``,
+    in the configurations :func:`pick_configs` takes there for a causal mask: head
+    dim 128, and 64 below sm_80 (a T4's 64 KB of shared memory hold the D=128 tiles
+    only after :func:`attention_forward` drops pipeline stages, which it does when
+    the launch runs out of resources)."""
+    from . import targets
+
+    dt = dtype or targets.default_dtype(arch)
+    head_dim = 128 if arch >= 80 else 64
+    configs = _configs_for(arch, head_dim, targets.dtype_name(dt), True)
+    where = f"D={head_dim} causal"
+    jobs = {
+        f"{name} {where}": _ahead_job(
+            kind, configs[kind], head_dim, targets.dtype_name(dt), True, False, arch
+        )
+        for kind, name in (("fwd", "_fwd_kernel"), ("dkdv", "_bwd_dkdv_kernel"),
+                           ("dq", "_bwd_dq_kernel"))
+    }  # fmt: skip
+    o = targets.meta_tensor(1, 16, 4096, head_dim, dtype=dt)
+    delta = targets.meta_tensor(1, 16, 4096)
+    args = (o, o, delta, 16, 4096, *o.stride()[:3], *o.stride()[:3])
+    meta = {"HEAD_DIM": head_dim, "BLOCK_M": _PREPROCESS_BLOCK}
+    jobs[f"_bwd_preprocess_kernel D={head_dim}"] = targets.launch_job(
+        _bwd_preprocess_kernel, args, meta, arch
     )
+    return jobs

@@ -54,6 +54,7 @@ import triton.language as tl
 
 from .._launch import device_guard, direct_launch_enabled, launch, launcher_for, sm_count
 from ..validation import check_tensor
+from . import library
 
 __all__ = [
     "BWD_CHUNKED_THRESHOLD",
@@ -62,6 +63,7 @@ __all__ = [
     "FWD_CHUNKED_THRESHOLD",
     "MAX_HIDDEN",
     "LayerNormFunction",
+    "compile_jobs",
     "launch_layer_norm_bwd",
     "launch_layer_norm_fwd",
     "layer_norm",
@@ -634,16 +636,17 @@ def launch_layer_norm_bwd(
     return _launch_bwd(plan, dy, x, weight, stats)[:3]
 
 
-def _launch_bwd(plan, dy, x, weight, stats) -> tuple:
-    """Run ``plan``; returns every buffer of :func:`_bwd_buffers`, filled."""
+def _launch_bwd(plan, dy, x, weight, stats, run=launch) -> tuple:
+    """Run ``plan``, each kernel started by ``run``; returns every buffer of
+    :func:`_bwd_buffers`, filled."""
     out = _bwd_buffers(plan, x)
     if x.numel() == 0:
         dx, dw, db = out[:3]
         return (dx, _zero(dw), _zero(db), *out[3:])
+    # Each launch runs on the GPU of its first tensor (both runs see to it).
     steps = zip(plan.launches, _bwd_args(plan, dy, x, weight, stats, *out), strict=True)
-    with device_guard(x):
-        for (kernel, grid, meta), args in steps:
-            launch(kernel, grid, *args, **meta)
+    for (kernel, grid, meta), args in steps:
+        run(kernel, grid, *args, **meta)
     return out
 
 
@@ -746,7 +749,7 @@ def _bwd_args(plan: _BwdPlan, dy, x, w, stats, dx, dw, db, partial, dots) -> lis
 
 
 def _zero(t: torch.Tensor | None) -> torch.Tensor | None:
-    return None if t is None else t.zero_()
+    return None if t is None else torch.zeros_like(t)
 
 
 #: Tile of :func:`layer_norm_sum_partials_kernel`: partial rows by columns.
@@ -929,7 +932,124 @@ def _needs_grad(*ts) -> bool:
     return any(t is not None and t.requires_grad for t in ts) and _grad_enabled()
 
 
-@torch.compiler.disable  # opaque to torch.compile: see tilebook.ops docstring
+# ---------------------------------------------------------------------------
+# The torch.library operators (what torch.compile traces; see tilebook.ops.library)
+# ---------------------------------------------------------------------------
+
+
+def _op_forward(
+    x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(y, stats)`` for a 2-D ``x`` with unit column stride and contiguous parameters."""
+    n_rows, n_cols = x.shape
+    y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    stats = torch.empty((2, n_rows), dtype=torch.float32, device=x.device)
+    if x.numel():
+        kernel, grid, meta = _fwd_plan(x, weight, bias)
+        library.launch(
+            kernel, grid,
+            x, _or(weight, x), _or(bias, x), y, stats,
+            n_rows, n_cols, x.stride(0), y.stride(0), eps, **meta,
+        )  # fmt: skip
+    return y, stats
+
+
+def _op_backward(
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    stats: torch.Tensor,
+    need_dw: bool,
+    need_db: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dx, dweight, dbias)`` for 2-D ``dy`` and ``x`` with unit column stride; a
+    gradient not asked for is an empty tensor."""
+    plan = _bwd_plan(x, weight is not None, need_dw, need_db)
+    dx, dw, db = _launch_bwd(plan, dy, x, weight, stats, run=library.launch)[:3]
+    # Outputs may not alias one another: a fresh empty tensor for each one absent.
+    dw = x.new_empty(0) if dw is None else dw
+    return dx, dw, x.new_empty(0) if db is None else db
+
+
+_KERNELS = (
+    layer_norm_fwd_kernel, layer_norm_fwd_chunked_kernel, layer_norm_bwd_kernel,
+    layer_norm_bwd_dot_kernel, layer_norm_bwd_chunked_kernel, layer_norm_sum_partials_kernel,
+)  # fmt: skip
+layer_norm_op = library.define("layer_norm", _op_forward, kernels=_KERNELS)
+layer_norm_backward_op = library.define("layer_norm_backward", _op_backward, kernels=_KERNELS)
+
+
+def _op_setup(ctx, inputs, output) -> None:
+    x, weight, bias, _ = inputs
+    ctx.save_for_backward(x, weight, output[1])
+    ctx.has_bias = bias is not None
+
+
+def _op_grad(ctx, dy, _dstats):
+    x, weight, stats = ctx.saved_tensors
+    need_w = weight is not None and ctx.needs_input_grad[1]
+    need_b = ctx.has_bias and ctx.needs_input_grad[2]
+    dy2 = _as_rows(dy, x.shape[1])
+    dx, dw, db = layer_norm_backward_op(dy2, x, weight, stats, need_w, need_b)
+    return dx, (dw if need_w else None), (db if need_b else None), None
+
+
+layer_norm_op.register_autograd(_op_grad, setup_context=_op_setup)
+
+
+def _compiled(x, weight, bias, eps) -> torch.Tensor:
+    """:func:`layer_norm` inside torch.compile: the checks, then the operator."""
+    eps = _check_args(x, weight, bias, eps)
+    w = None if weight is None else weight.contiguous()
+    b = None if bias is None else bias.contiguous()
+    y, _ = layer_norm_op(_as_rows(x, x.shape[-1]), w, b, eps)
+    return y.view(x.shape)
+
+
+def _check_args(x: object, weight: object, bias: object, eps: object) -> float:
+    """Every check of :func:`layer_norm`'s arguments; returns ``eps`` as a float."""
+    check_tensor(x, "x", "layer_norm", min_ndim=1)
+    eps = _check_eps(eps)
+    n_cols = x.shape[-1]
+    if n_cols == 0:
+        raise ValueError(
+            f"layer_norm: the last dimension of x must not be empty, got {tuple(x.shape)}"
+        )
+    _check_param(weight, "weight", x, n_cols)
+    _check_param(bias, "bias", x, n_cols)
+    if n_cols > MAX_HIDDEN:
+        raise ValueError(
+            f"layer_norm: the last dimension of x is {n_cols}, but layer_norm supports at most "
+            f"{MAX_HIDDEN}"
+        )
+    return eps
+
+
+_compiling = torch.compiler.is_compiling
+
+
+def compile_jobs(arch: int = 90, dtype: torch.dtype | None = None) -> dict[str, dict]:
+    """The six kernels as jobs of :func:`tilebook.aot.compile_many` for ``sm_<arch>``,
+    configured as the launchers configure them, with a weight and a bias: rows of 4096
+    (whole rows), of 16384 (the chunked backward) and of 65536 (the chunked forward)."""
+    from . import targets
+
+    dt = dtype or targets.default_dtype(arch)
+    jobs = {}
+    for n_rows, n_cols, fwd, bwd in ((64, 4096, True, True), (8, 16384, False, True),
+                                     (8, 65536, True, False)):  # fmt: skip
+        x = targets.meta_tensor(n_rows, n_cols, dtype=dt)
+        w = targets.meta_tensor(n_cols, dtype=dt)
+        stats = targets.meta_tensor(2, n_rows)
+        where = f"{n_rows}x{n_cols}"
+        if fwd:
+            jobs |= targets.recorded(lambda x=x, w=w: _op_forward(x, w, w, 1e-5), arch, where)
+        if bwd:
+            body = lambda x=x, w=w, s=stats: _op_backward(x, x, w, s, True, True)
+            jobs |= targets.recorded(body, arch, where)
+    return jobs
+
+
 def layer_norm(
     x: torch.Tensor,
     weight: torch.Tensor | None = None,
@@ -957,10 +1077,15 @@ def layer_norm(
     eps
         Positive number added to the variance, for stability.
 
+    Inside ``torch.compile`` the call is the operator ``torch.ops.tilebook.layer_norm``
+    (:mod:`tilebook.ops.library`): no graph break, and Inductor sees the kernels.
+
     Examples
     --------
     >>> y = tilebook.layer_norm(x, weight, bias, eps=1e-5)   # doctest: +SKIP
     """
+    if _compiling():
+        return _compiled(x, weight, bias, eps)
     if (
         type(x) is torch.Tensor
         and type(eps) is float
@@ -973,20 +1098,8 @@ def layer_norm(
             y = run(x, weight, bias, eps)
             if y is not None:
                 return y
-    check_tensor(x, "x", "layer_norm", min_ndim=1)
-    eps = _check_eps(eps)
+    eps = _check_args(x, weight, bias, eps)
     n_cols = x.shape[-1]
-    if n_cols == 0:
-        raise ValueError(
-            f"layer_norm: the last dimension of x must not be empty, got {tuple(x.shape)}"
-        )
-    _check_param(weight, "weight", x, n_cols)
-    _check_param(bias, "bias", x, n_cols)
-    if n_cols > MAX_HIDDEN:
-        raise ValueError(
-            f"layer_norm: the last dimension of x is {n_cols}, but layer_norm supports at most "
-            f"{MAX_HIDDEN}"
-        )
     # The kernels read weight and bias with unit stride.
     w = None if weight is None else weight.contiguous()
     b = None if bias is None else bias.contiguous()

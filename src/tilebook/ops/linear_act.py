@@ -41,6 +41,7 @@ import triton.language as tl
 
 from .._launch import device_guard
 from ..validation import check_tensor
+from . import library
 from .matmul import (
     _IMPLS,
     ACTIVATIONS,
@@ -53,10 +54,13 @@ from .matmul import (
     _run,
     _run_cached,
     fused_matmul,
+    fused_matmul_eager_op,
+    fused_matmul_op,
     matmul,
+    traced_product,
 )
 
-__all__ = ["ACTIVATIONS", "LinearActFunction", "act_grad_kernel", "linear_act"]
+__all__ = ["ACTIVATIONS", "LinearActFunction", "act_grad_kernel", "compile_jobs", "linear_act"]
 
 _OP = "linear_act"
 _grad_enabled = torch.is_grad_enabled
@@ -100,17 +104,20 @@ def act_grad_kernel(
 _ACT_GRAD_BLOCK = 1024
 
 
-def _act_grad(dy: torch.Tensor, t: torch.Tensor, activation: str) -> torch.Tensor:
-    """``dY * act'(Z)`` for 2-D ``dy`` and ``t`` (Z, or Y for relu) of one shape and dtype."""
+def _act_grad(dy: torch.Tensor, t: torch.Tensor, activation: str, run=None) -> torch.Tensor:
+    """``dY * act'(Z)`` for 2-D ``dy`` and ``t`` (Z, or Y for relu) of one shape and dtype;
+    ``run(kernel, grid, *args, **meta)`` launches (default: Triton's JIT)."""
     dy, t = dy.contiguous(), t.contiguous()  # dY may be an expanded (stride-0) tensor
     dz = torch.empty_like(t, memory_format=torch.contiguous_format)
     n = dz.numel()
     if n:
-        with device_guard(dz):
-            grid = (triton.cdiv(n, _ACT_GRAD_BLOCK),)
-            act_grad_kernel[grid](
-                dy, t, dz, n, ACTIVATION=activation, BLOCK=_ACT_GRAD_BLOCK, num_warps=4
-            )
+        grid = (triton.cdiv(n, _ACT_GRAD_BLOCK),)
+        meta = {"ACTIVATION": activation, "BLOCK": _ACT_GRAD_BLOCK, "num_warps": 4}
+        if run is None:
+            with device_guard(dz):
+                act_grad_kernel[grid](dy, t, dz, n, **meta)
+        else:
+            run(act_grad_kernel, grid, dy, t, dz, n, **meta)
     return dz
 
 
@@ -146,10 +153,95 @@ class LinearActFunction(torch.autograd.Function):
         return dx, dw, db, None, None
 
 
+# --------------------------------------------------------------------------- torch.library
+# The backward of tilebook.ops.matmul's two operators, as LinearActFunction computes
+# it, from operators: AOTAutograd traces it into the compiled backward graph.
+
+
+def _op_act_grad(dy: torch.Tensor, t: torch.Tensor, activation: str) -> torch.Tensor:
+    """``dY * act'(Z)`` (``t`` is Z, or Y for ``"relu"``)."""
+    return _act_grad(dy, t, activation, run=library.launch)
+
+
+act_grad_op = library.define("act_grad", _op_act_grad, kernels=(act_grad_kernel,))
+
+
+def _product_setup(ctx, inputs, output) -> None:
+    a, b, bias, activation = inputs[:4]
+    ctx.activation = activation
+    ctx.impl = inputs[4] if len(inputs) > 4 else "pointer"
+    ctx.save_for_backward(a, b, bias, output if activation == "relu" else None)
+
+
+def _product_grad(ctx, dc):
+    a, b, bias, y = ctx.saved_tensors
+    need_a, need_b, need_bias = ctx.needs_input_grad[:3]
+    if ctx.activation == "none":
+        dz = dc
+    elif ctx.activation == "relu":
+        dz = act_grad_op(dc, y, "relu")
+    else:  # recompute the pre-activation: see the module docstring
+        dz = act_grad_op(dc, traced_product(a, b, bias, "none", ctx.impl), ctx.activation)
+    da = traced_product(dz, b.t(), None, "none", "auto") if need_a else None
+    db = traced_product(a.t(), dz, None, "none", "auto") if need_b else None
+    dbias = dz.sum(0, dtype=torch.float32).to(dz.dtype) if need_bias else None
+    return (da, db, dbias, None) + ((None,) if len(ctx.needs_input_grad) > 4 else ())
+
+
+fused_matmul_op.register_autograd(_product_grad, setup_context=_product_setup)
+fused_matmul_eager_op.register_autograd(_product_grad, setup_context=_product_setup)
+
+
+def _compiled(x, weight, bias, activation, impl) -> torch.Tensor:
+    """:func:`linear_act` inside torch.compile: the checks, then an operator."""
+    activation = _check_args(x, weight, bias, activation, impl)
+    lead, n_out = x.shape[:-1], weight.shape[0]
+    y = traced_product(x.reshape(-1, x.shape[-1]), weight.t(), bias, activation, impl)
+    return y.reshape(*lead, n_out)
+
+
+def _check_args(x, weight, bias, activation, impl) -> str:
+    """Every check of :func:`linear_act`'s arguments; returns the activation."""
+    # The cheap test first; the full checks run only to say what is wrong.
+    if not (isinstance(x, torch.Tensor) and x.dim() >= 1 and _is_operand(x, x.dim())):
+        check_tensor(x, "x", _OP, dtypes=MM_DTYPES, min_ndim=1)
+    if not _is_operand(weight):
+        check_tensor(weight, "weight", _OP, dtypes=MM_DTYPES, ndim=2)
+    _check_pair(x, weight, ("x", "weight"), _OP)
+    if x.shape[-1] != weight.shape[1]:
+        raise ValueError(
+            f"{_OP}: x has {x.shape[-1]} features in its last dimension but weight "
+            f"{tuple(weight.shape)} expects {weight.shape[1]} (weight is (out, in))"
+        )
+    if bias is not None:
+        check_tensor(bias, "bias", _OP, dtypes=MM_DTYPES, ndim=1)
+        _check_pair(x, bias, ("x", "bias"), _OP)
+        if bias.shape[0] != weight.shape[0]:
+            raise ValueError(
+                f"{_OP}: bias must have shape ({weight.shape[0]},) to match weight "
+                f"{tuple(weight.shape)}, got {tuple(bias.shape)}"
+            )
+    activation = _check_activation(activation, _OP)
+    if impl not in _IMPLS:
+        raise ValueError(f"{_OP}: impl must be 'auto', 'tma' or 'pointer', got {impl!r}")
+    return activation
+
+
+_compiling = torch.compiler.is_compiling
+
+
+def compile_jobs(arch: int = 90, dtype: torch.dtype | None = None) -> dict[str, dict]:
+    """:func:`act_grad_kernel` (GELU) as a job of :func:`tilebook.aot.compile_many` for
+    ``sm_<arch>``; the products are :func:`tilebook.ops.matmul.compile_jobs`'."""
+    from . import targets
+
+    t = targets.meta_tensor(8192, 4096, dtype=dtype or targets.default_dtype(arch))
+    return targets.recorded(lambda: _op_act_grad(t, t, "gelu"), arch, "8192x4096")
+
+
 # --------------------------------------------------------------------------- public API
 
 
-@torch.compiler.disable  # opaque to torch.compile: see tilebook.ops docstring
 def linear_act(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -182,11 +274,15 @@ def linear_act(
 
     Differentiable with respect to ``x``, ``weight`` and ``bias`` (the backward
     recomputes the pre-activation with one extra GEMM; see the module docstring).
+    Inside ``torch.compile`` the call is an operator of ``torch.ops.tilebook``
+    (:func:`tilebook.ops.matmul.traced_product`), its backward too.
 
     Examples
     --------
     >>> y = tilebook.linear_act(x, layer.weight, layer.bias, "gelu")   # doctest: +SKIP
     """
+    if _compiling():
+        return _compiled(x, weight, bias, activation, impl)
     if _grad_enabled() and (
         getattr(x, "requires_grad", False)
         or getattr(weight, "requires_grad", False)
@@ -199,29 +295,7 @@ def linear_act(
     out = _run_cached(key, x, weight, bias)
     if out is not None:
         return out
-    # The cheap test first; the full checks run only to say what is wrong.
-    if not (isinstance(x, torch.Tensor) and x.dim() >= 1 and _is_operand(x, x.dim())):
-        check_tensor(x, "x", _OP, dtypes=MM_DTYPES, min_ndim=1)
-    if not _is_operand(weight):
-        check_tensor(weight, "weight", _OP, dtypes=MM_DTYPES, ndim=2)
-    _check_pair(x, weight, ("x", "weight"), _OP)
-    if x.shape[-1] != weight.shape[1]:
-        raise ValueError(
-            f"{_OP}: x has {x.shape[-1]} features in its last dimension but weight "
-            f"{tuple(weight.shape)} expects {weight.shape[1]} (weight is (out, in))"
-        )
-    if bias is not None:
-        check_tensor(bias, "bias", _OP, dtypes=MM_DTYPES, ndim=1)
-        _check_pair(x, bias, ("x", "bias"), _OP)
-        if bias.shape[0] != weight.shape[0]:
-            raise ValueError(
-                f"{_OP}: bias must have shape ({weight.shape[0]},) to match weight "
-                f"{tuple(weight.shape)}, got {tuple(bias.shape)}"
-            )
-    activation = _check_activation(activation, _OP)
-    if impl not in _IMPLS:
-        raise ValueError(f"{_OP}: impl must be 'auto', 'tma' or 'pointer', got {impl!r}")
-
+    activation = _check_args(x, weight, bias, activation, impl)
     lead, n_out = x.shape[:-1], weight.shape[0]
     x2 = x.reshape(-1, x.shape[-1])  # a view whenever the batch dimensions allow one
     y, runner = _run(x2, weight.t(), bias, activation, impl, _OP)

@@ -35,6 +35,7 @@ import triton.language as tl
 from .. import runtime
 from .._launch import Memo, device_guard, ensure_cuda_context, launch, sm_count
 from ..validation import check_same_dtype_device, check_tensor
+from . import library
 from .epilogue import ACTIVATIONS, epilogue
 
 try:  # host-side descriptors arrived in Triton 3.4; older versions use the pointer kernel
@@ -46,15 +47,20 @@ __all__ = [
     "ACTIVATIONS",
     "MatmulFunction",
     "compile_ahead",
+    "compile_jobs",
     "epilogue",
     "fused_matmul",
+    "fused_matmul_eager_op",
+    "fused_matmul_op",
     "matmul",
     "matmul_kernel",
     "matmul_tma_kernel",
     "picked_configs",
     "prune_configs",
     "set_autotune",
+    "smem_budget_for",
     "tile_coords",
+    "traced_product",
 ]
 
 MM_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -258,12 +264,41 @@ else:
     PTR_CONFIGS, TMA_CONFIGS = GPU_PTR_CONFIGS, GPU_TMA_CONFIGS
 
 _SMEM_BUDGET = 220 * 1024  # H100: 227 KB per block, minus room for barriers and layouts
+_SMEM_RESERVE = 7 * 1024  # what the budget leaves of a block's shared memory
 
 
-def _fits(cfg: triton.Config, elem: int) -> bool:
+def smem_budget_for(arch: int) -> int:
+    """Bytes of operand tiles a configuration may pipeline on ``sm_<arch>``: the most
+    shared memory a block may use there (:data:`tilebook.aot.TARGETS`) less a reserve
+    for barriers and the epilogue (220 KB on an H100)."""
+    from ..aot.targets import TARGETS, parse_arch
+
+    return TARGETS[parse_arch(arch)][1] - _SMEM_RESERVE
+
+
+def _device_budget(device: torch.device) -> int:
+    """:func:`smem_budget_for` the GPU of ``device`` (the code paths' capability:
+    ``TILEBOOK_ARCH`` lowers it); the interpreter keeps the H100's."""
+    if device.type != "cuda":
+        return _SMEM_BUDGET
+    return _budget_of(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.cache
+def _budget_of(index: int) -> int:
+    from ..aot.targets import TARGETS
+
+    major, minor = runtime.capability(index)
+    if major * 10 + minor in TARGETS:
+        return smem_budget_for(major * 10 + minor)
+    optin = torch.cuda.get_device_properties(index).shared_memory_per_block_optin
+    return optin - _SMEM_RESERVE
+
+
+def _fits(cfg: triton.Config, elem: int, budget: int = _SMEM_BUDGET) -> bool:
     kw = cfg.kwargs
     per_stage = (kw["BLOCK_M"] + kw["BLOCK_N"]) * kw["BLOCK_K"] * elem
-    return per_stage * max(cfg.num_stages, 1) <= _SMEM_BUDGET
+    return per_stage * max(cfg.num_stages, 1) <= budget
 
 
 # Below this many multiply-adds a product takes microseconds: timing every config
@@ -289,12 +324,14 @@ def set_autotune(enabled: bool) -> bool:
     return previous
 
 
-def prune_configs(configs, M: int, N: int, K: int, elem: int) -> list:
+def prune_configs(configs, M: int, N: int, K: int, elem: int, *, budget: int | None = None) -> list:
     """The configurations the autotuner tries for an ``M x N x K`` product of
-    ``elem``-byte elements: those whose pipeline fits in shared memory, and only the
-    first of them for a small problem (or with :func:`set_autotune` off)."""
+    ``elem``-byte elements: those whose pipeline fits in ``budget`` bytes of shared
+    memory (default: an H100's; launches pass their GPU's, :func:`smem_budget_for`),
+    and only the first of them for a small problem (or with :func:`set_autotune` off)."""
     # float32 doubles every tile: drop the configs that would not fit in shared memory.
-    kept = [c for c in configs if _fits(c, elem)] or configs[-1:]
+    budget = _SMEM_BUDGET if budget is None else budget
+    kept = [c for c in configs if _fits(c, elem, budget)] or configs[-1:]
     if M * N * K <= _SMALL_MNK:
         small = [c for c in kept if c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 128 * 128]
         kept = (small or kept)[:1]
@@ -304,11 +341,12 @@ def prune_configs(configs, M: int, N: int, K: int, elem: int) -> list:
 def _prune_ptr(configs, named_args, **kwargs):
     a = named_args["a_ptr"]
     M, N, K = named_args["M"], named_args["N"], named_args["K"]
-    return prune_configs(configs, M, N, K, a.element_size())
+    return prune_configs(configs, M, N, K, a.element_size(), budget=_device_budget(a.device))
 
 
 def _prune_tma(configs, named_args, **kwargs):
-    return prune_configs(configs, named_args["M"], named_args["N"], named_args["K"], 2)
+    M, N, K = named_args["M"], named_args["N"], named_args["K"]
+    return prune_configs(configs, M, N, K, 2, budget=_device_budget(named_args["bias_ptr"].device))
 
 
 _ptr_kernel = triton.autotune(
@@ -353,13 +391,20 @@ def _tma_layout(t: torch.Tensor) -> bool | None:
     return None
 
 
+def _tma_target(arch: int) -> bool:
+    """Whether the package launches :func:`matmul_tma_kernel` on ``sm_<arch>``: Hopper
+    (TMA and wgmma), with a Triton that has host-side descriptors."""
+    return TensorDescriptor is not None and arch // 10 == 9
+
+
 @functools.cache
 def _tma_supported_on(kind: str, index: int | None) -> bool:
     if TensorDescriptor is None:
         return False
     if kind != "cuda":
         return runtime.is_interpreter()
-    return runtime.is_hopper(index)
+    major, minor = runtime.capability(index)
+    return _tma_target(major * 10 + minor)
 
 
 def _tma_supported(device: torch.device) -> bool:
@@ -518,13 +563,17 @@ def _max_offset(t: torch.Tensor) -> int:
     return sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride(), strict=True))
 
 
+def _needs_int64(*tensors: torch.Tensor) -> bool:
+    # A tile may hang 256 rows or columns past the edge before the mask applies.
+    reach = max(_max_offset(t) + 256 * max(t.stride(), default=1) for t in tensors)
+    return reach >= _INT32_LIMIT
+
+
 def _launch_ptr(a, b, c, bias, activation):
     """Run the pointer kernel; returns True (launched by the autotuner) or a :class:`_Runner`."""
     M, K = a.shape
     N = b.shape[1]
-    # A tile may hang 256 rows or columns past the edge before the mask applies.
-    reach = max(_max_offset(t) + 256 * max(t.stride(), default=1) for t in (a, b, c))
-    has_bias, int64 = bias is not None, reach >= _INT32_LIMIT
+    has_bias, int64 = bias is not None, _needs_int64(a, b, c)
     key = ("pointer", M, N, K, a.dtype, int64, has_bias, activation)
     picked = _PICKED.get(key)
     if picked is not None:
@@ -562,6 +611,12 @@ def compile_ahead(
     """
     from ..aot import compile_kernel
 
+    job = _ahead_job(kernel, config, dtype, a_t, b_t, activation, has_bias, arch)
+    return compile_kernel(**job)
+
+
+def _ahead_job(kernel, config, dtype, a_t, b_t, activation, has_bias, arch) -> dict:
+    """:func:`compile_ahead`'s compile job (for :func:`tilebook.aot.compile_many`)."""
     kw = config.kwargs
     bm, bn, bk = kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"]
     consts = {
@@ -598,15 +653,41 @@ def compile_ahead(
         spec, aligned = "tilebook.ops.matmul:matmul_kernel", list(sig)
     else:
         raise ValueError(f"compile_ahead: kernel must be 'tma' or 'pointer', got {kernel!r}")
-    return compile_kernel(
-        spec,
-        sig,
-        consts,
-        arch=arch,
-        num_warps=config.num_warps,
-        num_stages=config.num_stages,
-        divisible_by_16=aligned,
+    return {
+        "kernel": spec,
+        "signature": sig,
+        "constexprs": consts,
+        "arch": arch,
+        "num_warps": config.num_warps,
+        "num_stages": config.num_stages,
+        "divisible_by_16": aligned,
+    }
+
+
+def compile_jobs(arch: int = 90, dtype: torch.dtype | None = None) -> dict[str, dict]:
+    """The kernels a product launches on ``sm_<arch>``, as jobs of
+    :func:`tilebook.aot.compile_many`, with the ``linear_act`` epilogue (bias and
+    GELU): the pointer kernel in the first configuration that :func:`prune_configs`
+    keeps for a large product there (what :func:`set_autotune` off launches), and on
+    Hopper the TMA kernel likewise.  Below sm_90 there is no TMA job: the package
+    never launches that kernel there."""
+    from . import targets
+
+    dt = dtype or targets.default_dtype(arch)
+    name, elem = targets.dtype_name(dt), dt.itemsize
+    big = 8192
+    jobs = {}
+    budget = smem_budget_for(arch)
+    if dt in _TMA_DTYPES and _tma_target(arch):
+        cfg = prune_configs(GPU_TMA_CONFIGS, big, big, big, elem, budget=budget)[0]
+        jobs["matmul_tma_kernel bias+gelu"] = _ahead_job(
+            "tma", cfg, name, False, True, "gelu", True, arch
+        )
+    cfg = prune_configs(GPU_PTR_CONFIGS, big, big, big, elem, budget=budget)[0]
+    jobs["matmul_kernel bias+gelu"] = _ahead_job(
+        "pointer", cfg, name, False, False, "gelu", True, arch
     )
+    return jobs
 
 
 # --------------------------------------------------------------------------- public API
@@ -760,7 +841,76 @@ def _wants_grad(*tensors) -> bool:
     return _grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors)
 
 
-@torch.compiler.disable  # opaque to torch.compile: see tilebook.ops docstring
+# --------------------------------------------------------------------------- torch.library
+# Inside torch.compile the products are operators.  The pointer kernel is traced
+# (Inductor sees it and autotunes it over the same pruned configurations); the
+# Hopper kernel takes host-side tensor descriptors, which PyTorch's tracer cannot
+# record, so where eager calls would take it the operator is opaque and runs the
+# eager path (remembered launches included).  Their autograd is registered by
+# tilebook.ops.linear_act, next to the kernel of the activation's derivative.
+
+
+def _op_pointer(
+    a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, activation: str
+) -> torch.Tensor:
+    """``activation(a @ b + bias)`` by the pointer kernel, for checked 2-D operands."""
+    M, K = a.shape
+    N = b.shape[1]
+    c = a.new_empty((M, N))
+    if M == 0 or N == 0:
+        return c
+    flags = {"HAS_BIAS": bias is not None, "ACTIVATION": activation, "INT64": _needs_int64(a, b, c)}
+    bias = c if bias is None else bias.contiguous()
+    args = (a, b, c, bias, M, N, K, *a.stride(), *b.stride(), *c.stride())
+    grid = lambda meta: (_cdiv(M, meta["BLOCK_M"]) * _cdiv(N, meta["BLOCK_N"]),)
+    library.launch(_ptr_kernel, grid, *args, **flags)
+    return c
+
+
+def _op_eager(
+    a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, activation: str, impl: str
+) -> torch.Tensor:
+    """``activation(a @ b + bias)`` as an eager call with no autograd would compute it."""
+    key = _call_key("matmul", a, b, bias, activation, impl)
+    out = _run_cached(key, a, b, bias)
+    if out is None:
+        out, runner = _run(a, b, bias, activation, impl, "fused_matmul")
+        _remember(key, runner, (a.shape[0], b.shape[1]))
+    return out
+
+
+def _op_eager_fake(a, b, bias, activation, impl):
+    return a.new_empty((a.shape[0], b.shape[1]))
+
+
+fused_matmul_op = library.define("fused_matmul", _op_pointer, kernels=(matmul_kernel,))
+fused_matmul_eager_op = library.define_opaque("fused_matmul_eager", _op_eager, fake=_op_eager_fake)
+
+
+def traced_product(a, b, bias, activation: str, impl: str) -> torch.Tensor:
+    """The operator a traced ``fused_matmul(a, b, bias, activation, impl=impl)`` calls
+    (checked operands): the pointer kernel's, unless an eager call could take the
+    Hopper kernel, whose opaque operator then decides at run time as eager does."""
+    if impl == "pointer" or (impl == "auto" and not _tma_possible(a.device, a.dtype)):
+        return fused_matmul_op(a, b, bias, activation)
+    return fused_matmul_eager_op(a, b, bias, activation, impl)
+
+
+@torch.compiler.assume_constant_result
+def _tma_possible(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether an ``impl="auto"`` call on ``device`` with ``dtype`` may take the Hopper kernel."""
+    return runtime.is_gpu() and dtype in _TMA_DTYPES and _tma_supported(device)
+
+
+def _compiled(a, b, bias, activation, impl, op) -> torch.Tensor:
+    """:func:`fused_matmul` inside torch.compile: the checks, then an operator."""
+    _check_operands(a, b, bias, activation, impl, op)
+    return traced_product(a, b, bias, activation, impl)
+
+
+_compiling = torch.compiler.is_compiling
+
+
 def fused_matmul(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -795,7 +945,10 @@ def fused_matmul(
     -----
     Differentiable with respect to ``a``, ``b`` and ``bias`` (:class:`MatmulFunction`,
     or for an activation :class:`tilebook.ops.linear_act.LinearActFunction`).
+    Inside ``torch.compile`` the call is an operator (:func:`traced_product`).
     """
+    if _compiling():
+        return _compiled(a, b, bias, activation, impl, op)
     if _wants_grad(a, b, bias):
         _check_operands(a, b, bias, activation, impl, op)
         if activation == "none":
@@ -834,7 +987,6 @@ def _check_operands(a, b, bias, activation, impl, op) -> None:
         raise ValueError(f"{op}: impl must be 'auto', 'tma' or 'pointer', got {impl!r}")
 
 
-@torch.compiler.disable  # opaque to torch.compile: see tilebook.ops docstring
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Return ``a @ b`` for 2-D ``a`` (M, K) and ``b`` (K, N), computed by a Triton kernel.
 
@@ -845,12 +997,15 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     persistent TMA kernel, everything else the pointer kernel.
 
     Differentiable: ``dA = dC @ B^T`` and ``dB = A^T @ dC`` come from the same kernels
-    (:class:`MatmulFunction`).
+    (:class:`MatmulFunction`).  Inside ``torch.compile`` the call is an operator of
+    ``torch.ops.tilebook`` (:func:`tilebook.ops.matmul.traced_product`).
 
     Examples
     --------
     >>> c = tilebook.matmul(a, b)   # doctest: +SKIP
     """
+    if _compiling():
+        return _compiled(a, b, None, "none", "auto", "matmul")
     if _wants_grad(a, b):
         return fused_matmul(a, b, op="matmul")
     key = _call_key("matmul", a, b, None, "none", "auto")

@@ -45,6 +45,7 @@ import triton.language as tl
 
 from .._launch import Memo, launch, sm_count
 from ..validation import check_same_device, check_tensor
+from . import library
 
 __all__ = [
     "BWD_CHUNKED_THRESHOLD",
@@ -55,6 +56,7 @@ __all__ = [
     "MAX_HIDDEN",
     "RMSNormFunction",
     "bwd_config",
+    "compile_jobs",
     "fwd_config",
     "launch_rms_norm_bwd",
     "launch_rms_norm_fwd",
@@ -445,15 +447,16 @@ def launch_rms_norm_fwd(
     return y, rstd
 
 
-def _forward(x, weight, eps, *plan):
-    """:func:`launch_rms_norm_fwd`'s work, plus what :func:`launch` returned (or None)."""
+def _forward(x, weight, eps, *plan, run=launch):
+    """:func:`launch_rms_norm_fwd`'s work, plus what ``run`` returned (:func:`launch`:
+    a Launched or None)."""
     n_rows, n_cols = x.shape
     y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
     rstd = torch.empty((n_rows,), dtype=torch.float32, device=x.device)
     if x.numel() == 0:
         return y, rstd, None
     kernel, grid, meta = _fwd_plan(x, *plan)
-    launched = launch(
+    launched = run(
         kernel, grid,
         x, weight, y, rstd, n_rows, n_cols, x.stride(0), y.stride(0), eps, **meta,
     )  # fmt: skip
@@ -503,6 +506,13 @@ def launch_rms_norm_bwd(
     keywords override the heuristic for the whole-row kernel or, chunked, for
     :func:`rms_norm_bwd_chunked_kernel`.
     """
+    plan = (rows_per_program, num_warps, programs_per_sm, chunked, chunk)
+    return _backward(dy, x, weight, rstd, *plan)
+
+
+def _backward(dy, x, weight, rstd, rows_per_program=None, num_warps=None,
+              programs_per_sm=None, chunked=None, chunk=None, *, run=launch):  # fmt: skip
+    """:func:`launch_rms_norm_bwd`'s work, its kernels started by ``run``."""
     n_rows, n_cols = x.shape
     dx = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
     if x.numel() == 0:
@@ -511,7 +521,7 @@ def launch_rms_norm_bwd(
         chunked = n_cols > BWD_CHUNKED_THRESHOLD
     if chunked:
         return dx, _launch_bwd_chunked(
-            dy, x, weight, rstd, dx, rows_per_program, num_warps, programs_per_sm, chunk
+            dy, x, weight, rstd, dx, rows_per_program, num_warps, programs_per_sm, chunk, run
         )
     block_n, rows, warps, per_sm = _bwd_config(n_cols)
     rows = rows_per_program or rows
@@ -519,7 +529,7 @@ def launch_rms_norm_bwd(
     _check_config(rows, warps)
     n_progs = _grid_size(x, triton.cdiv(n_rows, rows), programs_per_sm or per_sm)
     dw_partial = torch.empty((n_progs, n_cols), dtype=torch.float32, device=x.device)
-    launch(
+    run(
         rms_norm_bwd_kernel, (n_progs,),
         dy, x, weight, rstd, dx, dw_partial, n_rows, n_cols,
         dy.stride(0), x.stride(0), dx.stride(0),
@@ -528,7 +538,7 @@ def launch_rms_norm_bwd(
     return dx, dw_partial.sum(dim=0).to(weight.dtype)
 
 
-def _launch_bwd_chunked(dy, x, weight, rstd, dx, rows, warps, per_sm, chunk) -> torch.Tensor:
+def _launch_bwd_chunked(dy, x, weight, rstd, dx, rows, warps, per_sm, chunk, run) -> torch.Tensor:
     """The two chunked backward kernels; fills ``dx`` and returns ``dweight``."""
     n_rows, n_cols = x.shape
     block_n, def_rows, def_warps, def_per_sm = _bwd_chunked_config(n_cols)
@@ -540,7 +550,7 @@ def _launch_bwd_chunked(dy, x, weight, rstd, dx, rows, warps, per_sm, chunk) -> 
     n_chunks = triton.cdiv(n_cols, block_n)
     # 1. Each (row, chunk): its sum(dy * w * x), into an (n_rows, n_chunks) buffer.
     dots = torch.empty((n_rows, n_chunks), dtype=torch.float32, device=x.device)
-    launch(
+    run(
         rms_norm_bwd_dot_kernel, (n_rows * n_chunks,),
         dy, x, weight, dots, n_cols, dy.stride(0), x.stride(0),
         BLOCK_N=block_n, num_warps=_warps(block_n, block_n),
@@ -550,7 +560,7 @@ def _launch_bwd_chunked(dy, x, weight, rstd, dx, rows, warps, per_sm, chunk) -> 
     n_progs = _grid_size(x, n_rows * n_chunks, per_sm or def_per_sm)
     n_splits = max(1, min(triton.cdiv(n_rows, rows), n_progs // n_chunks))
     dw_partial = torch.empty((n_splits, n_cols), dtype=torch.float32, device=x.device)
-    launch(
+    run(
         rms_norm_bwd_chunked_kernel, (n_chunks, n_splits),
         dy, x, weight, rstd, dots, dx, dw_partial, n_rows, n_cols, n_chunks,
         dy.stride(0), x.stride(0), dx.stride(0),
@@ -592,7 +602,7 @@ class RMSNormFunction(torch.autograd.Function):
     def backward(ctx, dy: torch.Tensor):
         x2, weight, rstd = ctx.saved_tensors
         dy2 = _as_rows(dy, x2.shape[1])
-        dx, dw = launch_rms_norm_bwd(dy2, x2, weight, rstd)
+        dx, dw = _backward(dy2, x2, weight, rstd)
         dx = dx.view(ctx.x_shape) if ctx.needs_input_grad[0] else None
         dw = dw if ctx.needs_input_grad[1] else None
         return dx, dw, None
@@ -654,41 +664,57 @@ def _check_eps(eps: object) -> float:
     return eps
 
 
-@torch.compiler.disable  # opaque to torch.compile: see tilebook.ops docstring
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """Root-mean-square normalisation over the last dimension, with a learned scale.
+# ---------------------------------------------------------------------------
+# The torch.library operators (what torch.compile traces; see tilebook.ops.library)
+# ---------------------------------------------------------------------------
 
-    Computes ``x * rsqrt(mean(x**2, -1) + eps) * weight`` in fp32 and returns it in
-    ``x.dtype``; the same as ``torch.nn.functional.rms_norm(x, (H,), weight, eps)``
-    up to rounding.  Differentiable with respect to ``x`` and ``weight``.
 
-    Parameters
-    ----------
-    x
-        Tensor of shape ``(..., H)``, float16, bfloat16 or float32, on tilebook's
-        device.  Any strides: rows that are not evenly strided are copied first.
-        ``H`` may be at most :data:`MAX_HIDDEN` (``2**20``); long rows take the
-        chunked kernels.
-    weight
-        1-D tensor of size ``H`` with the same dtype and device as ``x``.
-    eps
-        Positive number added to the mean square, for stability.
+def _op_forward(
+    x: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(y, rstd)`` for a 2-D ``x`` with unit column stride and a contiguous weight."""
+    y, rstd, _ = _forward(x, weight, eps, run=library.launch)
+    return y, rstd
 
-    Examples
-    --------
-    >>> y = tilebook.rms_norm(x, weight, eps=1e-6)   # doctest: +SKIP
-    """
-    if (
-        type(x) is torch.Tensor
-        and type(weight) is torch.Tensor
-        and type(eps) is float
-        and not ((x.requires_grad or weight.requires_grad) and _grad_enabled())
-    ):
-        run = _FAST.get(_fast_key(x, weight))
-        if run is not None and eps > 0 and math.isfinite(eps):
-            y = run(x, weight, eps)
-            if y is not None:
-                return y
+
+def _op_backward(
+    dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(dx, dweight)`` for 2-D ``dy`` and ``x`` with unit column stride."""
+    return _backward(dy, x, weight, rstd, run=library.launch)
+
+
+_KERNELS = (
+    rms_norm_fwd_kernel, rms_norm_fwd_chunked_kernel, rms_norm_bwd_kernel,
+    rms_norm_bwd_dot_kernel, rms_norm_bwd_chunked_kernel,
+)  # fmt: skip
+rms_norm_op = library.define("rms_norm", _op_forward, kernels=_KERNELS)
+rms_norm_backward_op = library.define("rms_norm_backward", _op_backward, kernels=_KERNELS)
+
+
+def _op_setup(ctx, inputs, output) -> None:
+    x, weight, _ = inputs
+    ctx.save_for_backward(x, weight, output[1])
+
+
+def _op_grad(ctx, dy, _drstd):
+    x, weight, rstd = ctx.saved_tensors
+    dx, dw = rms_norm_backward_op(_as_rows(dy, x.shape[1]), x, weight, rstd)
+    return dx, dw, None
+
+
+rms_norm_op.register_autograd(_op_grad, setup_context=_op_setup)
+
+
+def _compiled(x: torch.Tensor, weight: torch.Tensor, eps: object) -> torch.Tensor:
+    """:func:`rms_norm` inside torch.compile: the checks, then the operator."""
+    eps = _check_args(x, weight, eps)
+    y, _ = rms_norm_op(_as_rows(x, x.shape[-1]), weight.contiguous(), eps)
+    return y.view(x.shape)
+
+
+def _check_args(x: object, weight: object, eps: object) -> float:
+    """Every check of :func:`rms_norm`'s arguments; returns ``eps`` as a float."""
     check_tensor(x, "x", "rms_norm", min_ndim=1)
     check_tensor(weight, "weight", "rms_norm", ndim=1)
     eps = _check_eps(eps)
@@ -713,6 +739,70 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
             f"rms_norm: the last dimension of x is {n_cols}, but rms_norm supports at most "
             f"{MAX_HIDDEN}"
         )
+    return eps
+
+
+_compiling = torch.compiler.is_compiling
+
+
+def compile_jobs(arch: int = 90, dtype: torch.dtype | None = None) -> dict[str, dict]:
+    """The five kernels as jobs of :func:`tilebook.aot.compile_many` for ``sm_<arch>``,
+    configured as the launchers configure them: rows of 4096 (whole rows in
+    registers) and of 65536 (the chunked kernels)."""
+    from . import targets
+
+    dt = dtype or targets.default_dtype(arch)
+    jobs = {}
+    for n_rows, n_cols in ((64, 4096), (8, 65536)):
+        x = targets.meta_tensor(n_rows, n_cols, dtype=dt)
+        w = targets.meta_tensor(n_cols, dtype=dt)
+        rstd = targets.meta_tensor(n_rows)
+        where = f"{n_rows}x{n_cols}"
+        jobs |= targets.recorded(lambda x=x, w=w: _op_forward(x, w, 1e-6), arch, where)
+        jobs |= targets.recorded(lambda x=x, w=w, r=rstd: _op_backward(x, x, w, r), arch, where)
+    return jobs
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """Root-mean-square normalisation over the last dimension, with a learned scale.
+
+    Computes ``x * rsqrt(mean(x**2, -1) + eps) * weight`` in fp32 and returns it in
+    ``x.dtype``; the same as ``torch.nn.functional.rms_norm(x, (H,), weight, eps)``
+    up to rounding.  Differentiable with respect to ``x`` and ``weight``.
+
+    Parameters
+    ----------
+    x
+        Tensor of shape ``(..., H)``, float16, bfloat16 or float32, on tilebook's
+        device.  Any strides: rows that are not evenly strided are copied first.
+        ``H`` may be at most :data:`MAX_HIDDEN` (``2**20``); long rows take the
+        chunked kernels.
+    weight
+        1-D tensor of size ``H`` with the same dtype and device as ``x``.
+    eps
+        Positive number added to the mean square, for stability.
+
+    Inside ``torch.compile`` the call is the operator ``torch.ops.tilebook.rms_norm``
+    (:mod:`tilebook.ops.library`): no graph break, and Inductor sees the kernels.
+
+    Examples
+    --------
+    >>> y = tilebook.rms_norm(x, weight, eps=1e-6)   # doctest: +SKIP
+    """
+    if _compiling():
+        return _compiled(x, weight, eps)
+    if (
+        type(x) is torch.Tensor
+        and type(weight) is torch.Tensor
+        and type(eps) is float
+        and not ((x.requires_grad or weight.requires_grad) and _grad_enabled())
+    ):
+        run = _FAST.get(_fast_key(x, weight))
+        if run is not None and eps > 0 and math.isfinite(eps):
+            y = run(x, weight, eps)
+            if y is not None:
+                return y
+    eps = _check_args(x, weight, eps)
     if not ((x.requires_grad or weight.requires_grad) and _grad_enabled()):
         return _no_grad_forward(x, weight, eps)
     # The kernels read weight with unit stride.

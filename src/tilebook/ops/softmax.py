@@ -31,12 +31,14 @@ import triton.language as tl
 
 from .._launch import Memo, launch, sm_count
 from ..validation import check_tensor
+from . import library
 
 __all__ = [
     "ONLINE_BLOCK",
     "ONLINE_THRESHOLD",
     "SoftmaxConfig",
     "SoftmaxFunction",
+    "compile_jobs",
     "launch_softmax_backward",
     "launch_softmax_forward",
     "pick_config",
@@ -373,11 +375,11 @@ def launch_softmax_forward(
     return y
 
 
-def _forward(x: torch.Tensor, y: torch.Tensor, cfg: SoftmaxConfig):
-    """Launch the forward on non-empty 2-D tensors; what :func:`launch` returned."""
+def _forward(x: torch.Tensor, y: torch.Tensor, cfg: SoftmaxConfig, run=launch):
+    """Launch the forward on non-empty 2-D tensors; what ``run`` (:func:`launch`) returned."""
     kernel = softmax_fwd_online_kernel if cfg.online else softmax_fwd_kernel
     meta = _meta(cfg, x.shape[0], x.shape[1], x, y)
-    return launch(
+    return run(
         kernel, _grid(x.shape[0], cfg, x.device),
         x, y, x.shape[0], x.shape[1], x.stride(0), y.stride(0), **meta,
     )  # fmt: skip
@@ -387,6 +389,10 @@ def launch_softmax_backward(
     y: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor, config: SoftmaxConfig | None = None
 ) -> torch.Tensor:
     """``dx = y * (dy - sum(dy * y))`` row by row, for 2-D tensors with unit row stride."""
+    return _backward(y, dy, dx, config)
+
+
+def _backward(y, dy, dx, config=None, run=launch) -> torch.Tensor:
     n_rows, n_cols = y.shape
     if n_rows == 0 or n_cols == 0:
         return dx
@@ -394,7 +400,7 @@ def launch_softmax_backward(
     _check_config(cfg, n_cols)
     kernel = softmax_bwd_online_kernel if cfg.online else softmax_bwd_kernel
     meta = _meta(cfg, n_rows, n_cols, y, dy, dx)
-    launch(
+    run(
         kernel, _grid(n_rows, cfg, y.device),
         y, dy, dx, n_rows, n_cols, y.stride(0), dy.stride(0), dx.stride(0), **meta,
     )  # fmt: skip
@@ -423,8 +429,7 @@ class SoftmaxFunction(torch.autograd.Function):
         (y,) = ctx.saved_tensors
         dy = _unit_row_stride(dy)  # e.g. the expanded ones that .sum().backward() sends
         dx = torch.empty(y.shape, dtype=y.dtype, device=y.device)
-        launch_softmax_backward(y, dy, dx)
-        return dx
+        return _backward(y, dy, dx)
 
 
 def _normalize_dim(dim: object, ndim: int) -> int:
@@ -479,7 +484,74 @@ def _no_grad_forward(x: torch.Tensor, key_dim: int, n_rows: int, n_cols: int) ->
     return y
 
 
-@torch.compiler.disable  # opaque to torch.compile: see tilebook.ops docstring
+# -------------------------------------------------------------------------- torch.library
+
+
+def _op_forward(x: torch.Tensor) -> torch.Tensor:
+    """Softmax of each row of a 2-D ``x``."""
+    x = _unit_row_stride(x)
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if x.numel():
+        _forward(x, y, pick_config(x.shape[1]), run=library.launch)
+    return y
+
+
+def _op_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+    """``y * (dy - sum(dy * y))`` row by row, for 2-D ``y`` and ``dy``."""
+    y, dy = _unit_row_stride(y), _unit_row_stride(dy)
+    dx = torch.empty(y.shape, dtype=y.dtype, device=y.device)
+    return _backward(y, dy, dx, run=library.launch)
+
+
+_KERNELS = (softmax_fwd_kernel, softmax_fwd_online_kernel, softmax_bwd_kernel,
+            softmax_bwd_online_kernel)  # fmt: skip
+softmax_op = library.define("softmax", _op_forward, kernels=_KERNELS)
+softmax_backward_op = library.define("softmax_backward", _op_backward, kernels=_KERNELS)
+
+
+def _op_setup(ctx, inputs, output) -> None:
+    ctx.save_for_backward(output)
+
+
+def _op_grad(ctx, dy):
+    (y,) = ctx.saved_tensors
+    return softmax_backward_op(y, dy)
+
+
+softmax_op.register_autograd(_op_grad, setup_context=_op_setup)
+
+
+def _compiled(x: torch.Tensor, dim: object) -> torch.Tensor:
+    """:func:`softmax` inside torch.compile: the checks, then the operator."""
+    check_tensor(x, "x", "softmax")
+    dim = _normalize_dim(dim, x.dim())
+    if x.dim() == 0:
+        return _compiled(x.reshape(1), 0).reshape(())
+    moved = x.movedim(dim, -1)
+    n_cols = moved.shape[-1]
+    y = softmax_op(moved.reshape(-1, n_cols))
+    return y.reshape(moved.shape).movedim(-1, dim)
+
+
+_compiling = torch.compiler.is_compiling
+
+
+def compile_jobs(arch: int = 90, dtype: torch.dtype | None = None) -> dict[str, dict]:
+    """The four kernels as jobs of :func:`tilebook.aot.compile_many` for ``sm_<arch>``,
+    configured as :func:`pick_config` configures them: rows of 16384 (the widest that
+    both directions take in one pass) and rows past :data:`ONLINE_THRESHOLD`."""
+    from . import targets
+
+    dt = dtype or targets.default_dtype(arch)
+    jobs = {}
+    for n_cols in (16384, 2 * ONLINE_THRESHOLD):
+        rows = targets.meta_tensor(64, n_cols, dtype=dt)
+        where = f"64x{n_cols}"
+        jobs |= targets.recorded(lambda r=rows: _op_forward(r), arch, where)
+        jobs |= targets.recorded(lambda r=rows: _op_backward(r, r), arch, where)
+    return jobs
+
+
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Return ``torch.softmax(x, dim)`` computed by Triton kernels, with autograd.
 
@@ -494,10 +566,15 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         copied with that dimension last, and the result is returned as a permuted
         view of a contiguous buffer.
 
+    Inside ``torch.compile`` the call is the operator ``torch.ops.tilebook.softmax``
+    (:mod:`tilebook.ops.library`): no graph break, and Inductor sees the kernels.
+
     Examples
     --------
     >>> p = tilebook.softmax(logits, dim=-1)   # doctest: +SKIP
     """
+    if _compiling():
+        return _compiled(x, dim)
     if type(x) is torch.Tensor and type(dim) is int and not (x.requires_grad and _grad_enabled()):
         run = _FAST.get(_fast_key(x, dim))
         if run is not None:

@@ -13,8 +13,9 @@ import triton.language as tl
 
 from .._launch import device_guard
 from ..validation import check_same_shape, check_tensor
+from . import library
 
-__all__ = ["DEFAULT_CONFIG", "VectorAddFunction", "add_kernel", "vector_add"]
+__all__ = ["DEFAULT_CONFIG", "VectorAddFunction", "add_kernel", "compile_jobs", "vector_add"]
 
 # Measured on an H100 with the sweep in lesson 07 (see the committed record):
 # 16-byte loads per thread and enough bytes in flight per SM to cover HBM latency.
@@ -63,18 +64,24 @@ def launch_add(
         with device_guard(out):
             _tuned_add_kernel[grid](x, y, out, n, INT64_OFFSETS=int64)
         return out
-    block_size = block_size or DEFAULT_CONFIG.kwargs["BLOCK_SIZE"]
-    num_warps = num_warps or DEFAULT_CONFIG.num_warps
-    if block_size <= 0 or block_size & (block_size - 1):
-        raise ValueError(f"vector_add: block_size must be a power of two, got {block_size}")
-    if num_warps not in (1, 2, 4, 8, 16, 32):
-        raise ValueError(f"vector_add: num_warps must be a power of two up to 32, got {num_warps}")
+    block_size, num_warps = _config(block_size, num_warps)
     grid = (triton.cdiv(n, block_size),)
     with device_guard(out):
         add_kernel[grid](
             x, y, out, n, BLOCK_SIZE=block_size, INT64_OFFSETS=int64, num_warps=num_warps
         )
     return out
+
+
+def _config(block_size: int | None, num_warps: int | None) -> tuple[int, int]:
+    """``(BLOCK_SIZE, num_warps)``: the given ones, checked, or the tuned defaults."""
+    block_size = block_size or DEFAULT_CONFIG.kwargs["BLOCK_SIZE"]
+    num_warps = num_warps or DEFAULT_CONFIG.num_warps
+    if block_size <= 0 or block_size & (block_size - 1):
+        raise ValueError(f"vector_add: block_size must be a power of two, got {block_size}")
+    if num_warps not in (1, 2, 4, 8, 16, 32):
+        raise ValueError(f"vector_add: num_warps must be a power of two up to 32, got {num_warps}")
+    return block_size, num_warps
 
 
 class VectorAddFunction(torch.autograd.Function):
@@ -90,7 +97,74 @@ class VectorAddFunction(torch.autograd.Function):
         return grad, grad, None, None
 
 
-@torch.compiler.disable  # opaque to torch.compile: see tilebook.ops docstring
+# --------------------------------------------------------------------------- torch.library
+
+
+def _op_forward(
+    x: torch.Tensor, y: torch.Tensor, block_size: int | None, num_warps: int | None
+) -> torch.Tensor:
+    """``x + y`` for contiguous tensors of one shape, dtype and device."""
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    n = out.numel()
+    if n == 0:
+        return out
+    block, warps = _config(block_size, num_warps)
+    int64 = n + max(block, DEFAULT_CONFIG.kwargs["BLOCK_SIZE"]) >= _INT32_LIMIT
+    library.launch(
+        add_kernel, (triton.cdiv(n, block),),
+        x, y, out, n, BLOCK_SIZE=block, INT64_OFFSETS=int64, num_warps=warps,
+    )  # fmt: skip
+    return out
+
+
+vector_add_op = library.define("vector_add", _op_forward, kernels=(add_kernel,))
+
+
+def _op_grad(ctx, grad):
+    return grad, grad, None, None
+
+
+vector_add_op.register_autograd(_op_grad)
+
+
+def _compiled(x, y, out, block_size, num_warps) -> torch.Tensor:
+    """:func:`vector_add` inside torch.compile: the checks, then the operator."""
+    _check_args(x, y)
+    if block_size is not None or num_warps is not None:
+        _config(block_size, num_warps)  # bad settings fail here, not in the kernel
+    if out is not None:
+        _check_out(x, y, out)
+    z = vector_add_op(x.contiguous(), y.contiguous(), block_size, num_warps)
+    return z if out is None else out.copy_(z)
+
+
+def _check_args(x: object, y: object) -> None:
+    check_tensor(x, "x", "vector_add")
+    check_tensor(y, "y", "vector_add")
+    check_same_shape(x, y, ("x", "y"), "vector_add")
+
+
+def _check_out(x: torch.Tensor, y: torch.Tensor, out: object) -> None:
+    if torch.is_grad_enabled() and (x.requires_grad or y.requires_grad):
+        raise RuntimeError("vector_add: out= cannot be used when an input requires grad")
+    check_tensor(out, "out", "vector_add")
+    check_same_shape(x, out, ("x", "out"), "vector_add")
+    if not out.is_contiguous():
+        raise ValueError("vector_add: out must be contiguous")
+
+
+_compiling = torch.compiler.is_compiling
+
+
+def compile_jobs(arch: int = 90, dtype: torch.dtype | None = None) -> dict[str, dict]:
+    """:func:`add_kernel` with its default configuration, as a job of
+    :func:`tilebook.aot.compile_many` for ``sm_<arch>`` (see :mod:`tilebook.ops.targets`)."""
+    from . import targets
+
+    x = targets.meta_tensor(1 << 24, dtype=dtype or targets.default_dtype(arch))
+    return targets.recorded(lambda: _op_forward(x, x, None, None), arch, "2^24")
+
+
 def vector_add(
     x: torch.Tensor,
     y: torch.Tensor,
@@ -114,15 +188,16 @@ def vector_add(
         Override the tuned launch configuration (lesson 07 sweeps these).
 
     Differentiable: gradients flow to ``x`` and ``y`` (not through ``out=``, which,
-    as in PyTorch, cannot be used when an input requires grad).
+    as in PyTorch, cannot be used when an input requires grad).  Inside
+    ``torch.compile`` the call is the operator ``torch.ops.tilebook.vector_add``.
 
     Examples
     --------
     >>> z = tilebook.vector_add(x, y)   # doctest: +SKIP
     """
-    check_tensor(x, "x", "vector_add")
-    check_tensor(y, "y", "vector_add")
-    check_same_shape(x, y, ("x", "y"), "vector_add")
+    if _compiling():
+        return _compiled(x, y, out, block_size, num_warps)
+    _check_args(x, y)
     x = x.contiguous()
     y = y.contiguous()
     if torch.is_grad_enabled() and (x.requires_grad or y.requires_grad):
