@@ -1,0 +1,714 @@
+"""
+14. autograd, profiling, and when not to write Triton
+=====================================================
+
+A kernel becomes useful to a model when autograd can differentiate through it,
+when ``torch.compile`` can keep it inside one graph, and when you can show
+where its time goes.  This lesson does all three for a small op, SwiGLU's gate
+``silu(a) * b`` (lesson 08's SiLU on lesson 07's elementwise kernel), and then
+turns to the harder question: when *not* to write Triton at all.  The answer is
+read from the course's own measurements.
+
+.. rubric:: You will learn
+
+- to wrap a forward and a backward kernel in a ``torch.autograd.Function`` and
+  prove its gradient with ``torch.autograd.gradcheck`` in float64;
+- to declare the op to PyTorch with ``torch.library`` (``triton_op`` and ``wrap_triton``
+  on a GPU, ``custom_op`` with ``register_fake`` under the interpreter) and
+  ``register_autograd``, so that ``torch.compile(fullgraph=True)`` traces it;
+- to count graph breaks with ``torch._dynamo.explain``;
+- the profilers: ``do_bench`` and ``do_bench_cudagraph``, ``torch.profiler``,
+  Triton's proton, Nsight Compute, and the IR dumps;
+- a decision tree between Triton, CUDA C++, ``torch.compile`` and a library,
+  each branch backed by a measurement from lessons 07-11.
+
+The package's ops follow the same pattern: :func:`tilebook.rms_norm` is a
+``torch.autograd.Function`` around lesson 11's kernels
+(:mod:`tilebook.ops.rms_norm`).
+"""
+
+# %%
+# Setting up
+# ----------
+# :mod:`tilebook` first: it picks the GPU or Triton's interpreter.
+
+import tilebook
+
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from tilebook.aot import compile_kernel
+from tilebook.bench import load_record, record_or_measure
+from tilebook.check import CorrectnessReport
+from tilebook.claims import Claims, speedup, within
+from tilebook.plots import plot_record
+from tilebook.prose import say
+from tilebook.tables import table
+from tilebook.widgets_decision import DecisionTree, Leaf, Question
+
+print(tilebook.banner())
+DEVICE, GPU = tilebook.device(), tilebook.is_gpu()
+BLOCK = 1024
+
+# %%
+# The op and its derivative
+# -------------------------
+# With :math:`\sigma(a) = 1 / (1 + e^{-a})`, the gate is
+# :math:`y = a\,\sigma(a)\,b`.  Its two partial derivatives, times the incoming
+# gradient :math:`dy`:
+#
+# .. math::
+#
+#    da = dy\; b\; \sigma(a)\,\big(1 + a\,(1 - \sigma(a))\big), \qquad
+#    db = dy\; a\,\sigma(a).
+#
+# The backward needs ``a`` and ``b`` again, not ``y``: it recomputes
+# :math:`\sigma(a)`, which costs a few instructions, instead of storing it,
+# which would cost a tensor of memory traffic.
+#
+# The kernels
+# -----------
+# Lesson 07's shape: a :term:`program` per ``BLOCK`` elements, a mask for the
+# tail.  One new argument, ``ACC: tl.constexpr``, the type the arithmetic runs
+# in: fp32 for 16- and 32-bit data, float64 for float64 data.  A gradient check
+# needs the second (finite differences in fp32 drown in rounding), and the same
+# kernel serves both.
+
+
+@triton.jit
+def swiglu_fwd_kernel(A, B, Y, n, BLOCK: tl.constexpr, ACC: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    a = tl.load(A + offs, mask=mask, other=0.0).to(ACC)
+    b = tl.load(B + offs, mask=mask, other=0.0).to(ACC)
+    s = 1.0 / (1.0 + tl.exp(-a))
+    tl.store(Y + offs, (a * s * b).to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def swiglu_bwd_kernel(A, B, DY, DA, DB, n, BLOCK: tl.constexpr, ACC: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    a = tl.load(A + offs, mask=mask, other=0.0).to(ACC)
+    b = tl.load(B + offs, mask=mask, other=0.0).to(ACC)
+    dy = tl.load(DY + offs, mask=mask, other=0.0).to(ACC)
+    s = 1.0 / (1.0 + tl.exp(-a))
+    da = dy * b * s * (1.0 + a * (1.0 - s))
+    tl.store(DA + offs, da.to(DA.dtype.element_ty), mask=mask)
+    tl.store(DB + offs, (dy * a * s).to(DB.dtype.element_ty), mask=mask)
+
+
+def acc_type(t):
+    return tl.float64 if t.dtype == torch.float64 else tl.float32
+
+
+def swiglu_fwd(a, b):
+    assert a.shape == b.shape and a.is_contiguous() and b.is_contiguous()
+    y, n = torch.empty_like(a), a.numel()
+    grid = (triton.cdiv(n, BLOCK),)
+    swiglu_fwd_kernel[grid](a, b, y, n, BLOCK=BLOCK, ACC=acc_type(a))
+    return y
+
+
+def swiglu_bwd(a, b, dy, kernel=swiglu_bwd_kernel):
+    da, db, n = torch.empty_like(a), torch.empty_like(b), a.numel()
+    grid = (triton.cdiv(n, BLOCK),)
+    kernel[grid](a, b, dy.contiguous(), da, db, n, BLOCK=BLOCK, ACC=acc_type(a))
+    return da, db
+
+
+# %%
+# The autograd Function
+# ---------------------
+# ``forward`` runs the kernel and keeps what ``backward`` will need with
+# ``ctx.save_for_backward`` (autograd then checks that nobody modified those
+# tensors in between).  ``backward`` receives one gradient per output and
+# returns one per input, ``None`` for inputs that need none.
+
+
+class SwiGLU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return swiglu_fwd(a, b)
+
+    @staticmethod
+    def backward(ctx, dy):
+        a, b = ctx.saved_tensors
+        return swiglu_bwd(a, b, dy)
+
+
+def reference(a, b, dy):
+    """y, da, db from PyTorch's autograd of the formula, in float64."""
+    a64, b64 = (t.detach().double().requires_grad_() for t in (a, b))
+    y = F.silu(a64) * b64
+    return (y.detach(), *torch.autograd.grad(y, (a64, b64), dy.double()))
+
+
+# %%
+# Is it right?
+# ------------
+# Two checks.  The table compares forward and backward with the float64
+# autograd of the formula, at ragged sizes and in each type (bfloat16 only on
+# a GPU).  Then ``gradcheck``: it perturbs each input element in float64,
+# estimates the derivative by finite differences and compares it with what
+# ``backward`` returns.  It knows nothing of our derivation, so it catches a
+# wrong formula as well as a wrong kernel.
+
+types = [torch.float32, torch.float16] + ([torch.bfloat16] if GPU else [])
+report = CorrectnessReport("swiglu vs float64 autograd")
+for n, dtype in [
+    (1, torch.float32),
+    (3001, torch.float32),
+    *((2049, t) for t in types),
+]:
+    g = torch.Generator().manual_seed(n)
+    a, b, dy = (torch.randn(n, generator=g).to(DEVICE, dtype) for _ in range(3))
+    want = reference(a, b, dy)
+    ag, bg = a.clone().requires_grad_(), b.clone().requires_grad_()
+    y = SwiGLU.apply(ag, bg)
+    got = (y, *torch.autograd.grad(y, (ag, bg), dy))
+    for name, o, r in zip(("y", "da", "db"), got, want, strict=True):
+        report.check(f"{name}, n={n}", o, r)
+report.assert_ok()
+
+
+def grad_ok(fn, kernel=swiglu_bwd_kernel):
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(3, 5, generator=g, dtype=torch.float64) for _ in range(2))
+    a, b = (t.to(DEVICE).requires_grad_() for t in (a, b))
+    return torch.autograd.gradcheck(fn, (a, b), raise_exception=False)
+
+
+assert grad_ok(SwiGLU.apply)
+print("gradcheck of SwiGLU in float64:", grad_ok(SwiGLU.apply))
+
+# %%
+# A gradient check earns its keep when the backward is wrong.  Here is the
+# kernel with the term through :math:`\sigma` forgotten, the line most often
+# got wrong when deriving by hand (the changed line ends in ``# wrong``):
+
+
+@triton.jit
+def swiglu_bwd_wrong(A, B, DY, DA, DB, n, BLOCK: tl.constexpr, ACC: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    a = tl.load(A + offs, mask=mask, other=0.0).to(ACC)
+    b = tl.load(B + offs, mask=mask, other=0.0).to(ACC)
+    dy = tl.load(DY + offs, mask=mask, other=0.0).to(ACC)
+    s = 1.0 / (1.0 + tl.exp(-a))
+    da = dy * b * s  # wrong
+    tl.store(DA + offs, da.to(DA.dtype.element_ty), mask=mask)
+    tl.store(DB + offs, (dy * a * s).to(DB.dtype.element_ty), mask=mask)
+
+
+class SwiGLUWrong(SwiGLU):
+    @staticmethod
+    def backward(ctx, dy):
+        a, b = ctx.saved_tensors
+        return swiglu_bwd(a, b, dy, kernel=swiglu_bwd_wrong)
+
+
+caught = not grad_ok(SwiGLUWrong.apply)
+assert caught
+print("gradcheck catches the forgotten term:", caught)
+
+# %%
+# The same op for torch.compile
+# -----------------------------
+# ``torch.compile`` starts with Dynamo, which runs the Python of a model
+# symbolically and records the tensor operations it meets in a graph.  Where it
+# meets code it cannot follow (a data pointer read on the host, a cache lookup,
+# an interpreted kernel) it *breaks* the graph: it compiles what it has, runs
+# the rest in plain Python, and starts a new graph after it.  Each break costs
+# host time and hides the op from the compiler.  ``fullgraph=True`` turns a
+# break into an error.
+#
+# ``torch.library`` declares an op to PyTorch: a name, a schema from the type
+# hints, and what it does.  Dynamo then puts a call to it in the graph without
+# looking inside.  Two kinds:
+#
+# - ``torch.library.triton_op``: the body allocates outputs and launches through
+#   ``wrap_triton(kernel)[grid](...)``.  Compiler passes can *see* that launch,
+#   and Inductor launches the Triton kernel from its own generated code.  It
+#   needs a real ``JITFunction``, so a GPU (or a compile-only process).
+# - ``torch.library.custom_op``: an opaque body.  ``register_fake`` says what
+#   the outputs look like (shape, dtype, device) without computing them, so the
+#   compiler can plan around it.  This is what works under the interpreter,
+#   where kernels are not ``JITFunction`` objects.
+#
+# Either way ``register_autograd`` gives the op its backward, built from ops
+# that are themselves registered, so the backward graph traces too.
+
+if GPU:
+    from torch.library import triton_op, wrap_triton
+
+    @triton_op("lesson14::swiglu", mutates_args=())
+    def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        y, n = torch.empty_like(a), a.numel()
+        grid = (triton.cdiv(n, BLOCK),)
+        launch = wrap_triton(swiglu_fwd_kernel)[grid]
+        launch(a, b, y, n, BLOCK=BLOCK, ACC=acc_type(a))
+        return y
+
+    @triton_op("lesson14::swiglu_bwd", mutates_args=())
+    def swiglu_grad(
+        a: torch.Tensor, b: torch.Tensor, dy: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        da, db, n = torch.empty_like(a), torch.empty_like(b), a.numel()
+        grid = (triton.cdiv(n, BLOCK),)
+        launch = wrap_triton(swiglu_bwd_kernel)[grid]
+        launch(a, b, dy, da, db, n, BLOCK=BLOCK, ACC=acc_type(a))
+        return da, db
+
+else:
+
+    @torch.library.custom_op("lesson14::swiglu", mutates_args=())
+    def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return swiglu_fwd(a.contiguous(), b.contiguous())
+
+    @swiglu.register_fake
+    def _(a, b):
+        return torch.empty_like(a)
+
+    @torch.library.custom_op("lesson14::swiglu_bwd", mutates_args=())
+    def swiglu_grad(
+        a: torch.Tensor, b: torch.Tensor, dy: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return swiglu_bwd(a.contiguous(), b.contiguous(), dy)
+
+    @swiglu_grad.register_fake
+    def _(a, b, dy):
+        return torch.empty_like(a), torch.empty_like(b)
+
+
+def setup_context(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def swiglu_backward(ctx, dy):
+    a, b = ctx.saved_tensors
+    return swiglu_grad(a, b, dy.contiguous())
+
+
+swiglu.register_autograd(swiglu_backward, setup_context=setup_context)
+assert grad_ok(swiglu)
+print("gradcheck of torch.ops.lesson14.swiglu in float64:", grad_ok(swiglu))
+
+# %%
+# Now a small model around each version, compiled with ``fullgraph=True``.  On
+# a GPU the backend is Inductor; under the interpreter ``aot_eager``, which
+# traces forward and backward the same way and then runs the graphs eagerly.
+# ``torch._dynamo.explain`` reports the graphs and breaks Dynamo found.
+
+BACKEND = "inductor" if GPU else "aot_eager"
+
+
+def block(gate):
+    def step(a, b):
+        return (gate(a, b) * 2.0).sum()
+
+    return step
+
+
+def attempt(gate):
+    """What fullgraph compilation of ``block(gate)`` does: traced, or refused why."""
+    torch._dynamo.reset()
+    a, b = (torch.randn(64, device=DEVICE, requires_grad=True) for _ in range(2))
+    try:
+        torch.compile(block(gate), backend=BACKEND, fullgraph=True)(a, b).backward()
+    except torch._dynamo.exc.TorchDynamoException as e:
+        return f"refused ({type(e).__name__})"
+    return "traced"
+
+
+torch._dynamo.reset()
+a, b = (torch.randn(64, device=DEVICE, requires_grad=True) for _ in range(2))
+explained = torch._dynamo.explain(block(swiglu))(a, b)
+outcome = {
+    "registered op": attempt(swiglu),
+    "bare autograd.Function": attempt(SwiGLU.apply),
+}
+assert explained.graph_break_count == 0 and outcome["registered op"] == "traced"
+table(
+    [{"version": k, "fullgraph": v} for k, v in outcome.items()],
+    {"version": "version", "torch.compile(fullgraph=True)": "fullgraph"},
+)
+
+# %%
+say(
+    "``explain`` finds {g} graph and {b} breaks around the registered op.  The bare "
+    "Function is {bare} in this run.",
+    g=explained.graph_count,
+    b=explained.graph_break_count,
+    bare=outcome["bare autograd.Function"],
+)
+
+# %%
+# Under the interpreter the bare Function cannot be traced at all: Dynamo walks
+# into it, meets the interpreter's launch and gives up.  On a GPU Dynamo can
+# capture a direct ``kernel[grid](...)`` launch of a ``JITFunction`` by itself,
+# so there the bare Function may trace; everything else a launcher does on the
+# host (reading data pointers, caching launches, as the package's ops do) still
+# breaks it.  A registered op is a contract instead of a hope.  The package
+# declares its own ops in the ``tilebook`` namespace the same way.
+#
+# Profiling
+# ---------
+# **do_bench.**  ``triton.testing.do_bench`` runs a function many times between
+# CUDA events, emptying the :term:`L2` cache before each run, and returns the
+# median (or the quantiles asked for).  Every timing of lessons 07-12 comes from
+# it, in interleaved rounds (:func:`tilebook.bench.compare`).  It times what the
+# GPU does *and* the gaps when the host is too slow to keep it fed: for a small
+# tensor, the Python of a launch can take longer than the kernel.
+# ``do_bench_cudagraph`` captures the function once in a CUDA graph and replays
+# it, which removes the host from the measurement: the difference between the
+# two is the host's share.  On a GPU the lesson times the gate both ways, as a
+# Function and as the PyTorch formula, at a small and a large size:
+
+TIMERS = {"do_bench": triton.testing.do_bench}
+TIMERS["do_bench_cudagraph"] = triton.testing.do_bench_cudagraph
+
+
+def overhead_sweep():
+    rows = []
+    for log2n in (12, 24):
+        a, b = (torch.randn(2**log2n, device=DEVICE) for _ in range(2))
+        gates = {"SwiGLU.apply": SwiGLU.apply, "PyTorch": lambda a, b: F.silu(a) * b}
+        for impl, gate in gates.items():
+            run = partial(gate, a, b)
+            run()  # compile before timing
+            for timer, bench in TIMERS.items():
+                med, p20, p80 = bench(run, quantiles=[0.5, 0.2, 0.8])
+                row = {"impl": impl, "timer": timer, "log2n": log2n, "n": 2**log2n}
+                rows.append(row | {"median_ms": med, "p20_ms": p20, "p80_ms": p80})
+    return rows
+
+
+overhead = record_or_measure("lesson14_overhead", "swiglu: host share", overhead_sweep)
+style = {"x": "n", "y": "median_ms", "series": "impl", "logx": True}
+style |= {"name": "lesson14_overhead", "ylabel": "ms"}
+plot_record(overhead, where={"timer": "do_bench"}, title="do_bench", **style)
+
+# %%
+plot_record(overhead, where={"timer": "do_bench_cudagraph"}, title="cudagraph", **style)
+
+# %%
+claims = Claims("14 autograd and profiling", overhead)
+if overhead is not None:
+    small = {t: overhead.one(impl="SwiGLU.apply", log2n=12, timer=t) for t in TIMERS}
+    c = speedup(small["do_bench_cudagraph"], small["do_bench"])
+    claims.check(
+        "At the small size, the graph replay times the Function faster", c.faster
+    )
+else:
+    claims.check("At the small size, the graph replay times the Function faster", False)
+claims
+
+# %%
+# **torch.profiler** records what each operator and kernel launch did, with
+# CPU and (on a GPU) CUDA times, and ``record_function`` names a region of your
+# own.  It works under the interpreter too: then every "kernel" is Python on
+# the CPU.  One forward and backward of the registered op:
+
+a, b = (torch.randn(4096, device=DEVICE, requires_grad=True) for _ in range(2))
+acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if GPU else [])
+with profile(activities=acts) as prof, record_function("lesson14 step"):
+    swiglu(a, b).sum().backward()
+ENGINE = "autograd::engine::evaluate_function: "
+events = {
+    e.key.removeprefix(ENGINE): e for e in prof.key_averages() if "lesson14" in e.key
+}
+table(
+    [
+        {"name": k, "calls": e.count, "ms": e.cpu_time_total / 1e3}
+        for k, e in events.items()
+    ],
+    {"event": "name", "calls": "calls", "CPU ms (total)": lambda r: f"{r['ms']:.1f}"},
+)
+
+# %%
+# The forward shows up as the autograd node PyTorch generated for the registered
+# op, the backward as its ``Backward`` node; under the interpreter they are
+# nearly all of the step.  On a GPU the same table has a CUDA column, and
+# ``prof.export_chrome_trace("trace.json")`` writes a timeline that
+# ``chrome://tracing`` or Perfetto shows: gaps between kernels are host time.
+#
+# **Proton**, Triton's own profiler (``triton.profiler``, in Triton 3.6 too),
+# is lighter than the torch profiler and knows Triton's kernels.  Scopes name
+# regions, and a kernel's ``launch_metadata`` hook reports the FLOPs and bytes
+# of each launch, so proton can show achieved rates per kernel:
+#
+# .. code-block:: python
+#
+#    import triton.profiler as proton
+#
+#    def traffic(grid, kernel, args):  # called at each launch
+#        n = args["n"]
+#        return {"name": f"swiglu n={n}", "bytes": 3 * n * args["A"].element_size()}
+#
+#    @triton.jit(launch_metadata=traffic)
+#    def swiglu_fwd_kernel(A, B, Y, n, BLOCK: tl.constexpr, ACC: tl.constexpr): ...
+#
+#    proton.start("swiglu", hook="triton")
+#    with proton.scope("forward"):
+#        swiglu(a, b)
+#    proton.finalize()  # then: proton-viewer -m time/ms,gbyte/s swiglu.hatchet
+#
+# **Nsight Compute** reads a kernel's hardware counters.  Profile the one
+# kernel you care about, a few launches of it:
+#
+# .. code-block:: bash
+#
+#    ncu --kernel-name regex:swiglu --launch-skip 3 --launch-count 1 \
+#        --set full -o swiglu python train.py
+#    ncu --import swiglu.ncu-rep --page details
+#
+# What to read: *Memory Throughput* against *DRAM* peak (a memory-bound kernel
+# like this one should be near the copy ceiling); *Compute (:term:`SM`)
+# Throughput*; the *Memory Workload Analysis* (bytes moved between :term:`HBM`,
+# L2 and the SMs, and whether loads are :term:`coalesced`); the
+# :term:`occupancy` section (how many :term:`warps <warp>` each SM holds, and
+# what limits it:
+# :term:`registers <register>` or :term:`shared memory`); *Warp State
+# Statistics* (why warps stall).  ``nsys profile python train.py`` gives the
+# timeline of the whole program first, to find which kernel to look at.
+#
+# **IR dumps.**  ``TRITON_KERNEL_DUMP=1 TRITON_DUMP_DIR=dump`` writes every
+# stage of each kernel compiled (TTIR, TTGIR, LLVM IR, :term:`PTX`,
+# :term:`SASS`); ``MLIR_ENABLE_DUMP=1`` prints the IR after every MLIR pass
+# (``MLIR_ENABLE_DUMP=swiglu_fwd_kernel`` for one kernel); ``TRITON_CACHE_DIR``
+# is where compiled kernels land.  No GPU needed for any of it with
+# :func:`tilebook.aot.compile_kernel` (lesson 03), which compiles for the H100
+# here too.  The exponential became ``ex2.approx`` in PTX, in fp32 for bf16
+# data:
+
+sig = {"A": "*bf16", "B": "*bf16", "Y": "*bf16", "n": "i32"}
+fwd = compile_kernel(swiglu_fwd_kernel, sig, {"BLOCK": BLOCK, "ACC": tl.float32})
+print(fwd.summary())
+ex2 = [x.text.strip() for x in fwd.lines_for("tl.exp(-a))", "ptx") if "ex2" in x.text]
+print(f"{len(ex2)} ex2 lines from tl.exp, the first:", ex2[0])
+
+# %%
+# When not to write Triton
+# ------------------------
+# Lessons 07 to 11 measured their kernels against PyTorch, cuBLAS and
+# ``torch.compile`` on an H100.  Read together, they give a decision tree.
+# Each leaf below compares the choice with the alternative from the same
+# record, with :func:`~tilebook.claims.speedup` (a tie when the p20-p80 spreads
+# overlap), and calls the choice *good* (faster), *level* (tied) or *slow*.
+# cuBLAS is CUDA C++ and hand-written assembly: it stands in for "CUDA C++ of
+# your own" (the course wrote none).  Lesson 12's attention has no committed
+# record yet, so FlashAttention and cuDNN are not in the tree.
+
+RN = {"kernel": "rms_norm_fwd", "shape": "16384x16384"}
+CASES = {  # leaf: record, the choice's row, the alternative's row, names
+    "cublas_sq": ("lesson09_sizes", "cuBLAS", "tilebook", {"size": 8192}),
+    "triton_sq": ("lesson09_sizes", "tilebook", "cuBLAS", {"size": 8192}),
+    "cuda_sq": ("lesson09_sizes", "cuBLAS", "tilebook", {"size": 8192}),
+    "cublas_rag": ("lesson09_sizes", "cuBLAS", "tilebook", {"size": 4095}),
+    "triton_rag": ("lesson09_sizes", "tilebook", "cuBLAS", {"size": 4095}),
+    "fused": ("lesson09_linear_act", "tilebook", "unfused", {}),
+    "unfused": ("lesson09_linear_act", "unfused", "tilebook", {}),
+    "eager_sm": ("lesson10_forward", "torch", "tilebook", {"n": 2048}),
+    "compile_sm": ("lesson10_forward", "torch.compile", "tilebook", {"n": 2048}),
+    "triton_sm": ("lesson10_forward", "tilebook", "torch.compile", {"n": 2048}),
+    "compile_rn": (
+        "bench_rms_norm",
+        "torch.compile",
+        "tilebook",
+        RN,
+    ),
+    "triton_rn": (
+        "bench_rms_norm",
+        "tilebook",
+        "torch.compile",
+        RN,
+    ),
+    "torch_small": ("lesson07_sizes", "torch.add", "tilebook", {"log2n": 12}),
+    "triton_small": ("lesson07_sizes", "tilebook", "torch.add", {"log2n": 12}),
+    "torch_large": ("lesson07_sizes", "torch.add", "tilebook", {"log2n": 28}),
+    "triton_large": ("lesson07_sizes", "tilebook", "torch.add", {"log2n": 28}),
+}
+NAMES = {
+    "tilebook": "the course's Triton kernel",
+    "unfused": "cuBLAS, then PyTorch",
+    "torch": "PyTorch as written",
+}
+records = {name: load_record(name) for name, *_ in CASES.values()}
+
+
+def leaf(key, choice):
+    name, mine, other, where = CASES[key]
+    rec = records[name]
+    if rec is None:
+        return Leaf(choice, "unknown", "No record of this comparison yet.", name, "")
+    c = speedup(rec.one(impl=mine, **where), rec.one(impl=other, **where))
+    verdict = "good" if c.faster else "slow" if c.slower else "level"
+    text = (
+        f"Measured, {NAMES.get(mine, mine)} ran at {c.ratio:.2f} times the speed of "
+        f"{NAMES.get(other, other)} (spread {c.low:.2f} to {c.high:.2f})."
+    )
+    return Leaf(choice, verdict, text, name, rec.caption())
+
+
+# %%
+# The tree: what the op is, then its size or shape, then the tool.
+
+Q = Question
+TOOL = "Which do you reach for?"
+questions = {
+    "op": Q(
+        "What is the op?",
+        {"a matrix multiply": "epi", "a row op": "row", "one elementwise op": "size"},
+    ),
+    "epi": Q("Is an activation applied to its output?", {"no": "shape", "yes": "act"}),
+    "shape": Q("Its shape?", {"8192 cubed": "sq", "4095 x 4097 x 4093": "rag"}),
+    "sq": Q(
+        TOOL,
+        {
+            "cuBLAS": "cublas_sq",
+            "a Triton matmul": "triton_sq",
+            "CUDA C++ of your own, like cuBLAS": "cuda_sq",
+        },
+    ),
+    "rag": Q(TOOL, {"cuBLAS": "cublas_rag", "a Triton matmul": "triton_rag"}),
+    "act": Q(
+        TOOL,
+        {"Triton, activation fused": "fused", "cuBLAS, then the activation": "unfused"},
+    ),
+    "row": Q(
+        "Which row op?",
+        {"softmax, rows of 2048": "sm", "rms_norm, rows of 16384": "rn"},
+    ),
+    "sm": Q(
+        TOOL,
+        {
+            "PyTorch": "eager_sm",
+            "torch.compile": "compile_sm",
+            "a Triton kernel": "triton_sm",
+        },
+    ),
+    "rn": Q(TOOL, {"torch.compile": "compile_rn", "a Triton kernel": "triton_rn"}),
+    "size": Q("How many elements?", {"2 to the 12": "small", "2 to the 28": "large"}),
+    "small": Q(TOOL, {"PyTorch": "torch_small", "a Triton kernel": "triton_small"}),
+    "large": Q(TOOL, {"PyTorch": "torch_large", "a Triton kernel": "triton_large"}),
+}
+leaves = {
+    k: leaf(k, answer)
+    for q in questions.values()
+    for answer, k in q.answers.items()
+    if k in CASES
+}
+tree = DecisionTree(
+    questions,
+    leaves,
+    "op",
+    title="Triton, CUDA C++, torch.compile or a library?",
+    caption="Every leaf compares two rows of one record of lessons 07-11.",
+)
+tree
+
+# %%
+# What the tree says, checked against the same records.  Where a tie is as
+# good as a win (less code for the same speed), the check is "not slower".  The
+# square matmul is claimed only to be close: a new measurement may land on
+# either side of cuBLAS.
+
+SAME_OR_BETTER, NEAR = ("good", "level"), 0.05
+EXPECT = [  # the claim, its leaf, the verdicts that make it true
+    ("At the ragged shape the Triton matmul is slow", "triton_rag", ("slow",)),
+    ("Fusing the activation beats cuBLAS then PyTorch", "fused", ("good",)),
+    ("PyTorch as written is the slow softmax", "eager_sm", ("slow",)),
+    ("Triton beats torch.compile on the softmax", "triton_sm", ("good",)),
+    ("torch.compile is not slower on the rms_norm", "compile_rn", SAME_OR_BETTER),
+    ("A Triton launch is slow for a tiny tensor", "triton_small", ("slow",)),
+]
+claims = Claims("14", None if None in records.values() else "the records of 07-11")
+for text, key, true_if in EXPECT:
+    claims.check(text, leaves[key].verdict in true_if, leaves[key].evidence)
+mm = records["lesson09_sizes"]
+sq = (
+    speedup(mm.one(impl="tilebook", size=8192), mm.one(impl="cuBLAS", size=8192))
+    if mm
+    else None
+)
+claims.check(
+    "The Triton matmul comes within NEAR of cuBLAS at 8192 cubed",
+    sq is not None and within(sq.ratio, 1.0, NEAR),
+    sq.evidence("the Triton matmul", "cuBLAS") if sq else "",
+)
+sizes = records["lesson07_sizes"]
+copy = sizes.provenance["copy_gbps"] if sizes else 0
+fractions = (
+    {r["impl"]: r["gbps"] / copy for r in sizes.select(log2n=28)} if copy else {}
+)
+claims.check(
+    "For a large tensor, PyTorch and Triton both reach the copy ceiling",
+    bool(fractions) and all(within(f, 1.0, NEAR) for f in fractions.values()),
+    ", ".join(f"{k} at {f:.2f} of the copy" for k, f in fractions.items()),
+)
+claims
+
+# %%
+# Read as advice:
+#
+# - **A library first** for what it covers: matrix multiplies, convolutions,
+#   attention.  Lesson 09's matmul, a lesson of work, comes close to cuBLAS on
+#   a friendly shape and falls far behind on a ragged one.
+# - **Triton for fusion** the library cannot do: an activation in the matmul's
+#   epilogue (lesson 08-09), a row op with its statistics in one pass (10-11),
+#   a custom backward.  That is where the course's kernels beat the
+#   alternatives measured.
+# - **torch.compile** for chains of elementwise and row ops: it generates
+#   Triton itself, and on the rms_norm it is not behind the hand-written kernel.
+#   Try it before writing one; keep the kernel where the measurement says so
+#   (the softmax).
+# - **CUDA C++** where Triton cannot express the schedule: warp-specialised
+#   pipelines, cluster launches, hand-placed instructions.  cuBLAS shows what
+#   that buys, at the cost of far more code.
+# - **Nothing** for a single elementwise op: PyTorch already runs at the copy
+#   ceiling, and on a tiny tensor a Python launch costs more than the work.
+#
+# Try this
+# --------
+#
+# 1. Change ``swiglu_bwd`` to return ``da`` only.  What does autograd say?
+#
+#    .. dropdown:: Solution
+#
+#       ``backward`` must return one gradient per input of ``forward`` (here
+#       two): autograd raises an error naming the count it expected.  Return
+#       ``None`` for an input that needs no gradient.
+#
+# 2. Keep ``y`` instead of recomputing ``sigmoid(a)``: what must ``forward``
+#    save, and what does the backward then read per element?
+#
+#    .. dropdown:: Solution
+#
+#       Saving ``s = sigmoid(a)`` as a third tensor makes the forward write one
+#       more tensor and the backward read ``a``, ``b``, ``s`` and ``dy``: one
+#       more read and one more write per element, for a kernel whose cost is
+#       its memory traffic.  Recomputing costs one exponential per element.
+#
+# 3. Compile ``block(swiglu)`` without ``fullgraph=True`` and count the graphs
+#    with ``explain`` for the bare Function under the interpreter.
+#
+#    .. dropdown:: Solution
+#
+#       Under the interpreter Dynamo fails inside the interpreted launch; with
+#       the registered op it finds one graph and no break.  Wrap a function in
+#       ``torch.compiler.disable`` to see an explicit break.
+#
+# 4. In the widget, find the paths flagged slow.  What do they have in common?
+#
+#    .. dropdown:: Solution
+#
+#       Each does work a better-tuned or fused alternative does in less time:
+#       a Triton matmul on a ragged shape, an unfused activation, PyTorch's
+#       softmax as written, a Triton launch on a tensor too small to hide it.

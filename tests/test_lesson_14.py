@@ -1,0 +1,274 @@
+"""Lesson 14 (autograd, torch.library, profiling, the decision tree).
+
+Running the whole lesson takes a while, so these tests lift its kernels, its
+``autograd.Function``, its ``torch.library`` registration (the interpreter's
+branch) and its decision tree out of the script, by their source, into a small
+module, and check what the lesson says about them: the gradient check passes,
+and fails for a wrong backward; the registered op compiles with
+``fullgraph=True`` and no graph break while the bare Function is refused under
+the interpreter; every leaf of the tree cites a committed record, and the claims
+the lesson makes about the tree hold on those records.  The widget class is
+tested on its own.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import tilebook
+from tilebook.bench import RECORDS_DIR, load_record
+from tilebook.check import default_tolerance
+from tilebook.widgets_decision import VERDICTS, DecisionTree, Leaf, Question
+
+ROOT = Path(__file__).parents[1]
+LESSON = ROOT / "gallery" / "05_production" / "14_autograd_profiling.py"
+SOURCE = LESSON.read_text()
+TREE = ast.parse(SOURCE)
+LIFTED = [
+    "BLOCK",
+    "swiglu_fwd_kernel",
+    "swiglu_bwd_kernel",
+    "acc_type",
+    "swiglu_fwd",
+    "swiglu_bwd",
+    "SwiGLU",
+    "reference",
+    "grad_ok",
+    "swiglu_bwd_wrong",
+    "SwiGLUWrong",
+    "REGISTRATION",  # the `if GPU: ... else: ...` block
+    "setup_context",
+    "swiglu_backward",
+    "swiglu.register_autograd",
+    "block",
+    "RN",
+    "CASES",
+    "NAMES",
+    "records",
+    "leaf",
+    "Q",
+    "TOOL",
+    "questions",
+    "leaves",
+    "tree",
+    "SAME_OR_BETTER",
+    "EXPECT",
+]
+NAMESPACE = "lesson14_test"  # the lesson's own namespace stays free for the lesson
+
+
+def _names(node: ast.stmt) -> list[str]:
+    if isinstance(node, ast.FunctionDef | ast.ClassDef):
+        return [node.name]
+    if isinstance(node, ast.Assign):
+        return [n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+    if isinstance(node, ast.If) and ast.unparse(node.test) == "GPU":
+        return ["REGISTRATION"]
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+        return [ast.unparse(node.value.func)]
+    return []
+
+
+def _source(name: str) -> str:
+    found = [n for n in TREE.body if name in _names(n)]
+    assert len(found) == 1, f"lesson 14 defines {name!r} {len(found)} times at top level"
+    node = found[0]
+    decorators = getattr(node, "decorator_list", [])
+    start = min([node.lineno] + [d.lineno for d in decorators])
+    return "\n".join(SOURCE.splitlines()[start - 1 : node.end_lineno])
+
+
+@pytest.fixture(scope="module")
+def lesson(tmp_path_factory):
+    """The lifted definitions as a module (an importable file, as Triton needs source)."""
+    head = (
+        "import torch\nimport torch.nn.functional as F\nimport triton\n"
+        "import triton.language as tl\n"
+        "from tilebook.bench import load_record\nfrom tilebook.claims import speedup\n"
+        "from tilebook.widgets_decision import DecisionTree, Leaf, Question\n\n"
+        "DEVICE, GPU = torch.device('cpu'), False\n\n"
+    )
+    body = "\n\n\n".join(_source(name) for name in LIFTED)
+    body = body.replace('"lesson14::', f'"{NAMESPACE}::')
+    path = tmp_path_factory.mktemp("lesson14") / "lesson14_lifted.py"
+    path.write_text(head + body + "\n")
+    spec = importlib.util.spec_from_file_location("lesson14_lifted", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+pytestmark = pytest.mark.skipif(
+    tilebook.is_gpu(), reason="the lifted module takes the interpreter's branch"
+)
+
+
+@pytest.mark.parametrize(
+    ("n", "dtype"), [(1, torch.float32), (1500, torch.float32), (1025, torch.float16)]
+)
+def test_function_matches_float64(lesson, n, dtype):
+    g = torch.Generator().manual_seed(n)
+    a, b, dy = (torch.randn(n, generator=g).to(dtype) for _ in range(3))
+    want = lesson.reference(a, b, dy)
+    ag, bg = a.clone().requires_grad_(), b.clone().requires_grad_()
+    y = lesson.SwiGLU.apply(ag, bg)
+    got = (y, *torch.autograd.grad(y, (ag, bg), dy))
+    for o, r in zip(got, want, strict=True):
+        rel = ((o.double() - r).norm() / r.norm()).item()
+        assert rel <= default_tolerance(dtype), rel
+
+
+def test_gradcheck_passes_and_catches_wrong_backwards(lesson):
+    assert lesson.grad_ok(lesson.SwiGLU.apply)
+    assert not lesson.grad_ok(lesson.SwiGLUWrong.apply)
+
+    class Swapped(lesson.SwiGLU):  # da and db exchanged: shapes fit, values do not
+        @staticmethod
+        def backward(ctx, dy):
+            da, db = lesson.SwiGLU.backward(ctx, dy)
+            return db, da
+
+    assert not lesson.grad_ok(Swapped.apply)
+
+
+def test_the_wrong_kernel_differs_in_the_marked_line_only():
+    right = _source("swiglu_bwd_kernel").splitlines()[2:]
+    wrong = _source("swiglu_bwd_wrong").splitlines()[2:]
+    changed = [w for r, w in zip(right, wrong, strict=True) if r != w]
+    assert changed == [w for w in wrong if w.endswith("# wrong")] and len(changed) == 1
+
+
+def test_launcher_rejects_what_it_cannot_read(lesson):
+    a = torch.randn(8, 4)
+    with pytest.raises(AssertionError):
+        lesson.swiglu_fwd(a.t(), a.t())
+    with pytest.raises(AssertionError):
+        lesson.swiglu_fwd(a, a[:4])
+
+
+def test_registered_op_compiles_to_one_graph(lesson):
+    torch._dynamo.reset()
+    a, b = (torch.randn(50, requires_grad=True) for _ in range(2))
+    explained = torch._dynamo.explain(lesson.block(lesson.swiglu))(a, b)
+    assert explained.graph_count == 1 and explained.graph_break_count == 0
+    torch._dynamo.reset()
+    step = torch.compile(lesson.block(lesson.swiglu), backend="aot_eager", fullgraph=True)
+    out = step(a, b)
+    out.backward()
+    got = (out.detach(), a.grad.clone(), b.grad.clone())
+    a.grad = b.grad = None
+    ref = lesson.block(lesson.SwiGLU.apply)(a, b)
+    ref.backward()
+    for g, r in zip(got, (ref.detach(), a.grad, b.grad), strict=True):
+        torch.testing.assert_close(g, r)
+    assert lesson.grad_ok(lesson.swiglu)
+    torch.library.opcheck(
+        getattr(torch.ops, NAMESPACE).swiglu.default,
+        (torch.randn(9), torch.randn(9)),
+        test_utils=("test_schema", "test_faketensor"),
+    )
+
+
+def test_bare_function_is_refused_under_the_interpreter(lesson):
+    """What the lesson's table shows in CPU mode: fullgraph refuses the bare Function."""
+    torch._dynamo.reset()
+    a, b = (torch.randn(16, requires_grad=True) for _ in range(2))
+    step = torch.compile(lesson.block(lesson.SwiGLU.apply), backend="aot_eager", fullgraph=True)
+    with pytest.raises(torch._dynamo.exc.TorchDynamoException):
+        step(a, b)
+    torch._dynamo.reset()
+
+
+def test_every_leaf_cites_a_committed_record(lesson):
+    assert set(lesson.leaves) == set(lesson.CASES)
+    for key, leaf in lesson.leaves.items():
+        assert leaf.record == lesson.CASES[key][0]
+        rec = load_record(leaf.record, RECORDS_DIR)
+        assert rec is not None, f"leaf {key} cites {leaf.record}, which is not committed"
+        assert rec.provenance["mode"] == "gpu" and leaf.source == rec.caption()
+        assert leaf.verdict in ("good", "level", "slow")
+
+
+def test_every_path_ends_at_a_leaf_and_some_are_flagged(lesson):
+    paths = lesson.tree.paths()
+    assert sorted(p["leaf"] for p in paths) == sorted(lesson.leaves)
+    assert all(p["keys"][0] == "op" for p in paths)
+    flagged = lesson.tree.flagged()
+    assert flagged and {"triton_rag", "unfused", "triton_small"} <= set(flagged)
+
+
+def test_the_tree_claims_hold_on_the_committed_records(lesson):
+    for text, key, true_if in lesson.EXPECT:
+        assert lesson.leaves[key].verdict in true_if, (text, lesson.leaves[key].evidence)
+
+
+def test_a_missing_record_gives_an_unknown_leaf(lesson, monkeypatch):
+    monkeypatch.setitem(lesson.records, "lesson07_sizes", None)
+    got = lesson.leaf("torch_small", "PyTorch")
+    assert got.verdict == "unknown" and got.record == "lesson07_sizes"
+
+
+def _tree(**changes):
+    questions = {
+        "q": Question("Which?", {"A": "a", "B": "next"}),
+        "next": Question("Then?", {"C": "c"}),
+    }
+    leaves = {
+        "a": Leaf("A", "good", "A ran faster.", "lesson07_sizes", "recorded"),
+        "c": Leaf("C", "slow", "C ran slower.", "lesson07_sizes", "recorded"),
+    }
+    args = {"questions": questions, "leaves": leaves, "start": "q"} | changes
+    return DecisionTree(args["questions"], args["leaves"], args["start"])
+
+
+def test_decision_tree_widget():
+    tree = _tree()
+    assert [p["answers"] for p in tree.paths()] == [["A"], ["B", "C"]]
+    assert tree.flagged() == ["c"]
+    html = tree._repr_html_()
+    assert 'data-tilebook-widget="decision"' in html and "C ran slower." in html
+    assert tree.data()["questions"]["q"]["answers"] == [["A", "a"], ["B", "next"]]
+    assert set(VERDICTS) >= {"good", "level", "slow", "wrong"}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"start": "a"}, "is not a question"),
+        ({"questions": {"q": Question("Which?", {"A": "zzz"})}}, "unknown"),
+        ({"questions": {"q": Question("Which?", {})}}, "no answers"),
+        ({"questions": {"q": Question("Which?", {"A": "a"})}}, "not reachable"),
+        (
+            {
+                "questions": {
+                    "q": Question("Which?", {"A": "r"}),
+                    "r": Question("Again?", {"B": "q", "C": "a", "D": "c"}),
+                }
+            },
+            "cycle",
+        ),
+    ],
+)
+def test_decision_tree_rejects_broken_trees(change, message):
+    with pytest.raises(ValueError, match=message):
+        _tree(**change)
+
+
+def test_leaf_rejects_bad_verdicts_and_missing_records():
+    with pytest.raises(ValueError, match="verdict"):
+        Leaf("A", "fast", "text", "lesson07_sizes")
+    with pytest.raises(ValueError, match="cites no record"):
+        Leaf("A", "good", "text", "")
+
+
+def test_the_lesson_is_in_the_lesson_form():
+    sys.path.insert(0, str(ROOT / "tests"))
+    from lesson_form import check_lesson
+
+    assert [str(p) for p in check_lesson(LESSON)] == []
