@@ -279,7 +279,7 @@ fig = plot_record(
 # The same rows as a table: times, and how much faster the fused kernel is
 # than eager PyTorch beside how many more bytes eager moves.
 
-NO_RECORD = "No GPU record of this measurement yet: nothing to show."
+NO_RECORD = say("No GPU record of this is committed yet: run the lesson on a GPU.")
 
 
 def row(e, impl):
@@ -396,7 +396,7 @@ if inductor is not None:
     for k in inductor.rows:
         print(experiment.kernel_text(k["source"]))
 else:
-    print("No GPU record of torch.compile's code yet: nothing to show.")
+    print("No GPU record of torch.compile's code is committed yet.")
 
 # %%
 # The decorator above ``@triton.jit`` (cut here) is Inductor's own launcher,

@@ -311,7 +311,7 @@ spec = record_or_measure(
     "scale_kernel: binaries in Triton's cache after each call",
     lambda: experiment.specialisations(scale_kernel, CALLS),
 )
-NO_RECORD = "No GPU record of this measurement yet: nothing to show."
+NO_RECORD = say("No GPU record of this is committed yet: run the lesson on a GPU.")
 if spec is not None:
     shown = table(
         spec.rows,

@@ -57,7 +57,7 @@ print(tilebook.banner())
 DEVICE = tilebook.device()
 # numpy, which runs the interpreter, warns where -inf meets -inf in the padding.
 warnings.filterwarnings("ignore", "invalid value", RuntimeWarning)
-NO_RECORD = "No GPU record of this measurement yet: nothing to show."
+NO_RECORD = say("No GPU record of this is committed yet: run the lesson on a GPU.")
 
 # %%
 # Reducing a tile
