@@ -61,6 +61,8 @@ LIFTED = [
     "EXPECT",
 ]
 NAMESPACE = "lesson14_test"  # the lesson's own namespace stays free for the lesson
+DEVICE, GPU = tilebook.device(), tilebook.is_gpu()
+BACKEND = "inductor" if GPU else "aot_eager"
 
 
 def _names(node: ast.stmt) -> list[str]:
@@ -92,7 +94,7 @@ def lesson(tmp_path_factory):
         "import triton.language as tl\n"
         "from tilebook.bench import load_record\nfrom tilebook.claims import speedup\n"
         "from tilebook.widgets_decision import DecisionTree, Leaf, Question\n\n"
-        "DEVICE, GPU = torch.device('cpu'), False\n\n"
+        f"DEVICE, GPU = torch.device({DEVICE.type!r}), {GPU}\n\n"
     )
     body = "\n\n\n".join(_source(name) for name in LIFTED)
     body = body.replace('"lesson14::', f'"{NAMESPACE}::')
@@ -104,17 +106,12 @@ def lesson(tmp_path_factory):
     return module
 
 
-pytestmark = pytest.mark.skipif(
-    tilebook.is_gpu(), reason="the lifted module takes the interpreter's branch"
-)
-
-
 @pytest.mark.parametrize(
     ("n", "dtype"), [(1, torch.float32), (1500, torch.float32), (1025, torch.float16)]
 )
 def test_function_matches_float64(lesson, n, dtype):
     g = torch.Generator().manual_seed(n)
-    a, b, dy = (torch.randn(n, generator=g).to(dtype) for _ in range(3))
+    a, b, dy = (torch.randn(n, generator=g).to(DEVICE, dtype) for _ in range(3))
     want = lesson.reference(a, b, dy)
     ag, bg = a.clone().requires_grad_(), b.clone().requires_grad_()
     y = lesson.SwiGLU.apply(ag, bg)
@@ -145,7 +142,7 @@ def test_the_wrong_kernel_differs_in_the_marked_line_only():
 
 
 def test_launcher_rejects_what_it_cannot_read(lesson):
-    a = torch.randn(8, 4)
+    a = torch.randn(8, 4, device=DEVICE)
     with pytest.raises(AssertionError):
         lesson.swiglu_fwd(a.t(), a.t())
     with pytest.raises(AssertionError):
@@ -154,11 +151,11 @@ def test_launcher_rejects_what_it_cannot_read(lesson):
 
 def test_registered_op_compiles_to_one_graph(lesson):
     torch._dynamo.reset()
-    a, b = (torch.randn(50, requires_grad=True) for _ in range(2))
+    a, b = (torch.randn(50, device=DEVICE, requires_grad=True) for _ in range(2))
     explained = torch._dynamo.explain(lesson.block(lesson.swiglu))(a, b)
     assert explained.graph_count == 1 and explained.graph_break_count == 0
     torch._dynamo.reset()
-    step = torch.compile(lesson.block(lesson.swiglu), backend="aot_eager", fullgraph=True)
+    step = torch.compile(lesson.block(lesson.swiglu), backend=BACKEND, fullgraph=True)
     out = step(a, b)
     out.backward()
     got = (out.detach(), a.grad.clone(), b.grad.clone())
@@ -170,11 +167,12 @@ def test_registered_op_compiles_to_one_graph(lesson):
     assert lesson.grad_ok(lesson.swiglu)
     torch.library.opcheck(
         getattr(torch.ops, NAMESPACE).swiglu.default,
-        (torch.randn(9), torch.randn(9)),
+        (torch.randn(9, device=DEVICE), torch.randn(9, device=DEVICE)),
         test_utils=("test_schema", "test_faketensor"),
     )
 
 
+@pytest.mark.skipif(GPU, reason="a statement about the interpreter (CPU mode)")
 def test_bare_function_is_refused_under_the_interpreter(lesson):
     """What the lesson's table shows in CPU mode: fullgraph refuses the bare Function."""
     torch._dynamo.reset()
