@@ -696,19 +696,23 @@ claims
 #       more read and one more write per element, for a kernel whose cost is
 #       its memory traffic.  Recomputing costs one exponential per element.
 #
-# 3. Compile ``block(swiglu)`` without ``fullgraph=True`` and count the graphs
-#    with ``explain`` for the bare Function under the interpreter.
+# 3. Under the interpreter, run ``torch._dynamo.explain(block(SwiGLU.apply))``
+#    (without ``fullgraph``).  What happens?
 #
 #    .. dropdown:: Solution
 #
-#       Under the interpreter Dynamo fails inside the interpreted launch; with
-#       the registered op it finds one graph and no break.  Wrap a function in
-#       ``torch.compiler.disable`` to see an explicit break.
+#       Dynamo follows the Function into the interpreter's launch and breaks
+#       the graph where it reads a storage's data pointer (what
+#       ``fullgraph=True`` refuses above), then resumes inside the
+#       interpreter's own Python and fails there with an internal error.
+#       ``explain(block(swiglu))`` finds one graph and no break.
 #
 # 4. In the widget, find the paths flagged slow.  What do they have in common?
 #
 #    .. dropdown:: Solution
 #
-#       Each does work a better-tuned or fused alternative does in less time:
-#       a Triton matmul on a ragged shape, an unfused activation, PyTorch's
-#       softmax as written, a Triton launch on a tensor too small to hide it.
+#       Each is slower, beyond the spread, than another choice timed in the
+#       same record: a general tool against a specialised one (the softmax of
+#       PyTorch or torch.compile against the Triton kernel, a Triton matmul
+#       against cuBLAS on a ragged shape), two passes against a fused one, or
+#       a launch whose host cost exceeds the work.
