@@ -67,9 +67,8 @@ BLOCK = 1024
 #    da = dy\; b\; \sigma(a)\,\big(1 + a\,(1 - \sigma(a))\big), \qquad
 #    db = dy\; a\,\sigma(a).
 #
-# The backward needs ``a`` and ``b`` again, not ``y``: it recomputes
-# :math:`\sigma(a)`, which costs a few instructions, instead of storing it,
-# which would cost a tensor of memory traffic.
+# The backward needs ``a`` and ``b`` again, not ``y``: recomputing
+# :math:`\sigma(a)` costs a few instructions, storing it a tensor of traffic.
 #
 # The kernels
 # -----------
@@ -242,8 +241,8 @@ print("gradcheck catches the forgotten term:", caught)
 #   compiler can plan around it.  This is what works under the interpreter,
 #   where kernels are not ``JITFunction`` objects.
 #
-# Either way ``register_autograd`` gives the op its backward, built from ops
-# that are themselves registered, so the backward graph traces too.
+# Either way ``register_autograd`` gives the op a backward made of registered
+# ops, so the backward graph traces too.
 
 if GPU:
     from torch.library import triton_op, wrap_triton
@@ -316,20 +315,22 @@ def block(gate):
     return step
 
 
+def inputs(*shapes):
+    torch._dynamo.reset()
+    return [torch.randn(s, device=DEVICE, requires_grad=True) for s in shapes]
+
+
 def attempt(gate):
     """What fullgraph compilation of ``block(gate)`` does: traced, or refused why."""
-    torch._dynamo.reset()
-    a, b = (torch.randn(64, device=DEVICE, requires_grad=True) for _ in range(2))
     try:
-        torch.compile(block(gate), backend=BACKEND, fullgraph=True)(a, b).backward()
+        step = torch.compile(block(gate), backend=BACKEND, fullgraph=True)
+        step(*inputs(64, 64)).backward()
     except torch._dynamo.exc.TorchDynamoException as e:
         return f"refused ({type(e).__name__})"
     return "traced"
 
 
-torch._dynamo.reset()
-a, b = (torch.randn(64, device=DEVICE, requires_grad=True) for _ in range(2))
-explained = torch._dynamo.explain(block(swiglu))(a, b)
+explained = torch._dynamo.explain(block(swiglu))(*inputs(64, 64))
 outcome = {
     "registered op": attempt(swiglu),
     "bare autograd.Function": attempt(SwiGLU.apply),
@@ -341,22 +342,33 @@ table(
 )
 
 # %%
-say(
-    "``explain`` finds {g} graph and {b} breaks around the registered op.  The bare "
-    "Function is {bare} in this run.",
-    g=explained.graph_count,
-    b=explained.graph_break_count,
-    bare=outcome["bare autograd.Function"],
-)
-
-# %%
 # Under the interpreter the bare Function cannot be traced at all: Dynamo walks
 # into it, meets the interpreter's launch and gives up.  On a GPU Dynamo can
 # capture a direct ``kernel[grid](...)`` launch of a ``JITFunction`` by itself,
 # so there the bare Function may trace; everything else a launcher does on the
 # host (reading data pointers, caching launches, as the package's ops do) still
-# breaks it.  A registered op is a contract instead of a hope.
-#
+# breaks it.  A registered op is a contract instead of a hope.  The package's
+# ops are registered the same way, in the ``tilebook`` namespace
+# (:mod:`tilebook.ops.library`), so a model calling :func:`tilebook.rms_norm`
+# keeps one graph too:
+
+package = torch._dynamo.explain(lambda x, w: tilebook.rms_norm(x, w).sum())
+package = package(*inputs((8, 64), 64))
+called = {str(n.target) for g in package.graphs for n in g.graph.nodes}
+assert package.graph_break_count == 0
+say(
+    "``explain`` finds {g} graph and {b} breaks around the lesson's registered op, "
+    "and {pg} graph and {pb} breaks around ``tilebook.rms_norm``, whose graph calls "
+    "``{ops}``.  The bare Function is {bare} in this run.",
+    g=explained.graph_count,
+    b=explained.graph_break_count,
+    pg=package.graph_count,
+    pb=package.graph_break_count,
+    ops=", ".join(sorted(t for t in called if t.startswith("tilebook."))),
+    bare=outcome["bare autograd.Function"],
+)
+
+# %%
 # Profiling
 # ---------
 # **do_bench.**  ``triton.testing.do_bench`` runs a function many times between
@@ -400,8 +412,8 @@ plot_record(overhead, where={"timer": "do_bench_cudagraph"}, title="cudagraph", 
 # %%
 claims, c = Claims("14 autograd and profiling", overhead), None
 if overhead is not None:
-    small = {t: overhead.one(impl="SwiGLU.apply", log2n=12, timer=t) for t in TIMERS}
-    c = speedup(small["do_bench_cudagraph"], small["do_bench"])
+    small = [overhead.one(impl="SwiGLU.apply", log2n=12, timer=t) for t in TIMERS]
+    c = speedup(small[1], small[0])  # the graph replay against do_bench
 claims.check(
     "At the small size, the graph replay times the Function faster",
     c is not None and c.faster,
@@ -473,9 +485,8 @@ table(
 # Throughput*; the *Memory Workload Analysis* (bytes moved between :term:`HBM`,
 # L2 and the SMs, and whether loads are :term:`coalesced`); the
 # :term:`occupancy` section (how many :term:`warps <warp>` each SM holds, and
-# what limits it:
-# :term:`registers <register>` or :term:`shared memory`); *Warp State
-# Statistics* (why warps stall).  ``nsys profile python train.py`` gives the
+# what limits it: :term:`registers <register>` or :term:`shared memory`);
+# *Warp State Statistics* (why warps stall).  ``nsys profile python train.py`` gives the
 # timeline of the whole program first, to find which kernel to look at.
 #
 # **IR dumps.**  ``TRITON_KERNEL_DUMP=1 TRITON_DUMP_DIR=dump`` writes every
@@ -497,10 +508,9 @@ print(f"{len(ex2)} ex2 lines from tl.exp, the first:", ex2[0])
 # When not to write Triton
 # ------------------------
 # Lessons 07 to 11 measured their kernels against PyTorch, cuBLAS and
-# ``torch.compile`` on an H100.  Read together, they give a decision tree.
-# Each leaf below compares the choice with the alternative from the same
-# record, with :func:`~tilebook.claims.speedup` (a tie when the p20-p80 spreads
-# overlap), and calls the choice *good* (faster), *level* (tied) or *slow*.
+# ``torch.compile`` on an H100: together, a decision tree.  Each leaf compares
+# the choice with the alternative from one record (:func:`~tilebook.claims.speedup`:
+# a tie when the p20-p80 spreads overlap): *good* (faster), *level* or *slow*.
 # cuBLAS is CUDA C++ and hand-written assembly: it stands in for "CUDA C++ of
 # your own" (the course wrote none).  Attention against FlashAttention and
 # cuDNN is lesson 12's comparison (its record ``lesson12_lengths``), not in
@@ -535,11 +545,8 @@ CASES = {  # leaf: record, the choice's row, the alternative's row, names
     "torch_large": ("lesson07_sizes", "torch.add", "tilebook", {"log2n": 28}),
     "triton_large": ("lesson07_sizes", "tilebook", "torch.add", {"log2n": 28}),
 }
-NAMES = {
-    "tilebook": "the course's Triton kernel",
-    "unfused": "cuBLAS, then PyTorch",
-    "torch": "PyTorch as written",
-}
+NAMES = {"tilebook": "the course's Triton kernel", "torch": "PyTorch as written"}
+NAMES["unfused"] = "cuBLAS, then PyTorch"
 records = {name: load_record(name) for name, *_ in CASES.values()}
 
 
@@ -644,10 +651,8 @@ claims.check(
     sq.evidence("the Triton matmul", "cuBLAS") if sq else "",
 )
 sizes = records["lesson07_sizes"]
-copy = sizes.provenance["copy_gbps"] if sizes else 0
-fractions = (
-    {r["impl"]: r["gbps"] / copy for r in sizes.select(log2n=28)} if copy else {}
-)
+big = sizes.select(log2n=28) if sizes else []
+fractions = {r["impl"]: r["gbps"] / sizes.provenance["copy_gbps"] for r in big}
 claims.check(
     "For a large tensor, PyTorch and Triton both reach the copy ceiling",
     bool(fractions) and all(within(f, 1.0, NEAR) for f in fractions.values()),
@@ -663,12 +668,10 @@ claims
 #   a friendly shape and falls far behind on a ragged one.
 # - **Triton for fusion** the library cannot do: an activation in the matmul's
 #   epilogue (lesson 08-09), a row op with its statistics in one pass (10-11),
-#   a custom backward.  That is where the course's kernels beat the
-#   alternatives measured.
-# - **torch.compile** for chains of elementwise and row ops: it generates
-#   Triton itself, and on the rms_norm it is not behind the hand-written kernel.
-#   Try it before writing one; keep the kernel where the measurement says so
-#   (the softmax).
+#   a custom backward: where the course's kernels beat the others measured.
+# - **torch.compile** for chains of elementwise and row ops: it writes Triton
+#   itself, and is not behind the rms_norm kernel.  Try it first; keep a kernel
+#   where a measurement says so (the softmax).
 # - **CUDA C++** where Triton cannot express the schedule: warp-specialised
 #   pipelines, cluster launches, hand-placed instructions.  cuBLAS shows what
 #   that buys, at the cost of far more code.
@@ -682,19 +685,18 @@ claims
 #
 #    .. dropdown:: Solution
 #
-#       ``backward`` must return one gradient per input of ``forward`` (here
-#       two): autograd raises an error naming the count it expected.  Return
-#       ``None`` for an input that needs no gradient.
+#       An error: ``backward`` must return one gradient per input of
+#       ``forward``, here two (``None`` for an input that needs none).
 #
 # 2. Keep ``y`` instead of recomputing ``sigmoid(a)``: what must ``forward``
 #    save, and what does the backward then read per element?
 #
 #    .. dropdown:: Solution
 #
-#       Saving ``s = sigmoid(a)`` as a third tensor makes the forward write one
-#       more tensor and the backward read ``a``, ``b``, ``s`` and ``dy``: one
-#       more read and one more write per element, for a kernel whose cost is
-#       its memory traffic.  Recomputing costs one exponential per element.
+#       Saving ``s = sigmoid(a)`` makes the forward write one more tensor and
+#       the backward read one more (``a``, ``b``, ``s``, ``dy``): two more
+#       trips per element for a kernel whose cost is its traffic, against one
+#       exponential per element to recompute it.
 #
 # 3. Under the interpreter, run ``torch._dynamo.explain(block(SwiGLU.apply))``
 #    (without ``fullgraph``).  What happens?
