@@ -1,0 +1,308 @@
+"""Lesson 13 (autotune, pipelining, pitfalls): each pitfall it shows really happens and
+its fix really fixes it; the compiled grid follows the rules the lesson checks; the
+warps x stages widget reads compiled facts and records as the lesson says.
+
+Running the whole lesson takes a while (it compiles a grid of matmuls for sm_90), so
+its definitions are lifted out of the script (by their source) into a small module,
+as for lessons 05 and 09.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from tilebook.aot import AotError, CompiledKernel, compile_many
+from tilebook.bench import Record
+from tilebook.datasheet import fact
+from tilebook.widgets_pipeline import PipelineExplorer, pipeline_rows
+
+LESSON = (
+    Path(__file__).parents[1] / "gallery" / "05_production" / ("13_autotune_pipelining_pitfalls.py")
+)
+SOURCE = LESSON.read_text()
+TREE = ast.parse(SOURCE)
+LIFTED = [
+    "matmul_kernel",
+    "matmul",
+    "TILE",
+    "sum_into_kernel",
+    "three_runs",
+    "SUM_CONFIGS",
+    "tuned_sum",
+    "sum_grid",
+    "N_SUM",
+    "whole_sum_kernel",
+    "smallest_cover",
+    "WHOLE_CONFIGS",
+    "whole_sum",
+    "running_sum_kernel",
+    "running_sum",
+    "offsets_kernel",
+    "SIG",
+]
+
+
+def _node(name: str) -> ast.stmt:
+    def defines(node: ast.stmt) -> bool:
+        if isinstance(node, ast.FunctionDef):
+            return node.name == name
+        if isinstance(node, ast.Assign):
+            return any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
+        return False
+
+    found = [node for node in TREE.body if defines(node)]
+    assert len(found) == 1, f"{name}: {len(found)} top-level definitions in the lesson"
+    return found[0]
+
+
+def _source(name: str) -> str:
+    node = _node(name)
+    lines = SOURCE.splitlines()
+    first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+    text = "\n".join(lines[first - 1 : node.end_lineno])
+    # Statements that extend a lifted assignment (SIG.update(...)) come right after it.
+    follow = [
+        n
+        for n in TREE.body
+        if isinstance(n, ast.Expr)
+        and n.lineno == node.end_lineno + 1
+        and ast.unparse(n).startswith(f"{name}.")
+    ]
+    return text + "".join("\n" + ast.unparse(n) for n in follow)
+
+
+@pytest.fixture(scope="module")
+def lesson(tmp_path_factory):
+    header = textwrap.dedent(
+        """\
+        import time
+
+        import torch
+        import triton
+        import triton.language as tl
+
+        GPU = False
+        DEVICE = "cpu"
+        """
+    )
+    body = "\n\n\n".join(_source(n) for n in LIFTED)
+    path = tmp_path_factory.mktemp("lesson13") / "lesson13_lifted.py"
+    path.write_text(header + "\n\n" + body + "\n")
+    spec = importlib.util.spec_from_file_location("lesson13_lifted", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # the interpreter looks kernels' globals up there
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules[spec.name]
+
+
+# ------------------------------------------------------------------ the kernels
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_matmul_matches_float64_on_ragged_shapes(lesson, dtype):
+    torch.manual_seed(0)
+    a, b = torch.randn(37, 70, dtype=dtype), torch.randn(70, 53, dtype=dtype)
+    cfg = triton.Config(dict.fromkeys(lesson.TILE, 32), num_warps=4, num_stages=1)
+    ref = a.double() @ b.double()
+    err = ((lesson.matmul(a, b, cfg).double() - ref).norm() / ref.norm()).item()
+    assert err < (1e-6 if dtype == torch.float32 else 2e-3)
+
+
+def test_matmul_refuses_transposed_operands(lesson):
+    cfg = triton.Config(dict.fromkeys(lesson.TILE, 32))
+    a = torch.randn(32, 32)
+    with pytest.raises(ValueError, match="contiguous"):
+        lesson.matmul(a, a.t(), cfg)
+
+
+# ------------------------------------------------------------------ autotune hooks
+
+
+def _tuned_sum(lesson, x, start, **hooks):
+    out = torch.full((1,), start)
+    lesson.tuned_sum(**hooks)[lambda m: (triton.cdiv(x.numel(), m["BLOCK"]),)](
+        x, out, x.numel(), MASKED=True
+    )
+    return out.item()
+
+
+def test_without_reset_to_zero_the_tuning_runs_add_into_the_output(lesson):
+    x = torch.rand(300)
+    total = x.double().sum().item()
+    runs = len(lesson.SUM_CONFIGS) * 3 + 1  # three_runs per config, plus the launch
+    assert _tuned_sum(lesson, x, 0.0) == pytest.approx(runs * total, rel=1e-5)
+    assert _tuned_sum(lesson, x, 0.0, reset_to_zero=["out_ptr"]) == pytest.approx(total, rel=1e-5)
+
+
+def test_reset_to_zero_loses_a_running_total_and_restore_value_keeps_it(lesson):
+    x = torch.rand(300)
+    total = x.double().sum().item()
+    reset = _tuned_sum(lesson, x, 50.0, reset_to_zero=["out_ptr"])
+    restored = _tuned_sum(lesson, x, 50.0, restore_value=["out_ptr"])
+    assert reset == pytest.approx(total, rel=1e-5)
+    assert restored == pytest.approx(50.0 + total, rel=1e-5)
+
+
+def test_a_key_without_n_hands_back_a_stale_block(lesson):
+    x = torch.rand(1000)
+    sums = {}
+    for key in ([], ["n"]):
+        kernel = lesson.whole_sum(key)
+        for n in (100, 1000):
+            out = torch.zeros(1)
+            kernel[(1,)](x, out, n)
+            sums[str(key), n] = (out.item(), kernel.best_config.kwargs["BLOCK"])
+    right = x.double().sum().item()
+    stale_sum, stale_block = sums["[]", 1000]
+    assert stale_block < 1000 and abs(stale_sum - right) > 0.1 * right
+    fresh_sum, fresh_block = sums["['n']", 1000]
+    assert fresh_block >= 1000 and fresh_sum == pytest.approx(right, rel=1e-5)
+
+
+def test_the_pruner_keeps_the_smallest_covering_block(lesson):
+    kept = lesson.smallest_cover(lesson.WHOLE_CONFIGS, {"n": 129})
+    assert [c.kwargs["BLOCK"] for c in kept] == [512]
+
+
+# ------------------------------------------------------------------ pitfalls
+
+
+def test_fp16_accumulator_is_far_off_and_float32_is_not(lesson):
+    torch.manual_seed(0)
+    x = (1 + torch.rand(2**16)).half()
+    exact = x.double().sum()
+    err = {
+        acc: ((lesson.running_sum(x, acc).double() - exact).abs() / exact).item()
+        for acc in (tl.float16, tl.float32)
+    }
+    assert err[tl.float16] > 1e-2
+    assert err[tl.float32] < 1e-6
+
+
+def test_missing_mask_reads_the_poisoned_neighbour(lesson):
+    n = 100
+    memory = torch.cat([torch.rand(n), torch.full((256,), 1e6)])
+    x = memory[:n]
+    sums = {}
+    for masked in (False, True):
+        out = torch.zeros(1)
+        lesson.sum_into_kernel[(2,)](x, out, n, BLOCK=64, MASKED=masked)
+        sums[masked] = out.item()
+    assert sums[False] > 1e6
+    assert sums[True] == pytest.approx(x.double().sum().item(), rel=1e-5)
+
+
+def test_int32_offsets_wrap_past_2_31_and_int64_ones_do_not(lesson):
+    first, row_len, rows = 2046, 2**20, 4
+    got = {}
+    for wide in (False, True):
+        got[wide] = torch.zeros(rows, dtype=torch.int64)
+        lesson.offsets_kernel[(rows,)](got[wide], first, row_len, WIDE=wide)
+    exact = [(first + i) * row_len for i in range(rows)]
+    assert got[True].tolist() == exact
+    wrapped = [((e + 2**31) % 2**32) - 2**31 for e in exact]
+    assert got[False].tolist() == wrapped
+    assert any(v < 0 for v in wrapped)
+
+
+# ------------------------------------------------------------------ the compiled grid
+
+
+@pytest.fixture(scope="module")
+def grid(lesson):
+    job = {"kernel": lesson.matmul_kernel, "signature": lesson.SIG}
+    job.update(constexprs=lesson.TILE, divisible_by_16=list(lesson.SIG))
+    jobs = {s: {**job, "num_stages": s} for s in (1, 2)}
+    return job, compile_many(jobs, arch=90, num_warps=8)
+
+
+def test_stages_raise_shared_memory_by_one_tile_of_a_and_b(lesson, grid):
+    _, compiled = grid
+    tile = lesson.TILE
+    per_stage = (tile["BLOCK_M"] + tile["BLOCK_N"]) * tile["BLOCK_K"] * 2
+    for k in compiled.values():
+        assert k.shared_bytes == k.num_stages * per_stage
+        assert (k.count(r"\bLDGSTS\b") > 0) == (k.num_stages > 1)
+        assert k.spill_stores_bytes == 0
+
+
+def test_a_pipeline_too_deep_for_shared_memory_is_refused(lesson, grid):
+    job, _ = grid
+    limit = fact("h100.smem_per_block").value * 1024
+    with pytest.raises(AotError, match="shared memory") as info:
+        compile_many([{**job, "num_stages": 5}], arch=90, num_warps=8, workers=1)
+    assert "needs" in str(info.value)
+    per_stage = (job["constexprs"]["BLOCK_M"] + job["constexprs"]["BLOCK_N"]) * 64 * 2
+    assert 5 * per_stage > limit
+
+
+# ------------------------------------------------------------------ the widget
+
+
+def _kernel(warps, stages, shared, regs, spill):
+    return CompiledKernel(
+        name="k",
+        arch=90,
+        stages={},
+        num_warps=warps,
+        num_stages=stages,
+        shared_bytes=shared,
+        registers=regs,
+        spill_stores_bytes=spill,
+        spill_loads_bytes=spill,
+    )
+
+
+COMPILED = {
+    (4, 1): _kernel(4, 1, 49152, 255, 1536),
+    (8, 1): _kernel(8, 1, 49152, 232, 0),
+    (8, 2): _kernel(8, 2, 98304, 205, 0),
+}
+
+
+def test_widget_without_record_shows_shared_memory_and_flags_rows():
+    w = PipelineExplorer(COMPILED, refused={(8, 5): 245760}, source="aot", title="t")
+    data = w.data()
+    assert data["untimed"] is True and data["unit"].startswith("KiB")
+    rows = {(r["knobs"]["warps"], r["knobs"]["stages"]): r for r in data["rows"]}
+    assert rows[8, 2]["value"] == 96
+    assert "spills 1536 bytes" in rows[4, 1]["note"]
+    assert "no pipeline" in rows[8, 1]["note"]
+    assert "note" not in rows[8, 2]
+    assert "240 KiB" in rows[8, 5]["wrong"]
+    assert "data.untimed" in w.script
+    assert data["caption"] == "aot"
+
+
+def test_widget_with_record_shows_rates():
+    rec = Record(
+        "lesson13_pipelining",
+        "t",
+        [{"warps": w, "stages": s, "tflops": 100.0 * s + w} for w, s in COMPILED],
+        {"gpu": "H100"},
+    )
+    w = PipelineExplorer(COMPILED, record=rec, source="aot", title="t")
+    data = w.data()
+    assert data["untimed"] is False and data["unit"] == "TFLOP/s"
+    assert {r["value"] for r in data["rows"]} == {104.0, 108.0, 208.0}
+    assert "H100" in data["caption"]
+
+
+def test_widget_refuses_bad_input():
+    with pytest.raises(ValueError, match="at least one"):
+        pipeline_rows({})
+    with pytest.raises(TypeError, match="not a CompiledKernel"):
+        pipeline_rows({(8, 1): "not compiled"})
+    rec = Record("r", "t", [{"warps": 8, "stages": 1, "tflops": 1.0}], {})
+    with pytest.raises(LookupError, match="rows match"):
+        pipeline_rows(COMPILED, record=rec)
