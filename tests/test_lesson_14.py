@@ -68,8 +68,9 @@ BACKEND = "inductor" if GPU else "aot_eager"
 def _names(node: ast.stmt) -> list[str]:
     if isinstance(node, ast.FunctionDef | ast.ClassDef):
         return [node.name]
-    if isinstance(node, ast.Assign):
-        return [n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+    if isinstance(node, ast.Assign | ast.AugAssign):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
     if isinstance(node, ast.If) and ast.unparse(node.test) == "GPU":
         return ["REGISTRATION"]
     if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
