@@ -19,9 +19,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from exercise_blocks import exercise_blocks, exercise_text, run_blocks
 
 import tilebook
 from tilebook.bench import RECORDS_DIR, load_record
+from tilebook.exercises import SIZES, check_elementwise
 from tilebook.experiments import vector_add as experiment
 from tilebook.ops import vector_add as va
 
@@ -194,3 +196,37 @@ def test_experiments_run_on_a_gpu():
     rows = experiment.launch_settings(2**16, blocks=(256, 1024), warps=(1, 4), rounds=1, rep=5)
     assert [r["setting"] for r in rows] == ["256/1", "256/4", "1024/1", "1024/4"]
     assert all(r["programs"] == 2**16 // r["BLOCK_SIZE"] and r["gbps"] > 0 for r in rows)
+
+
+# ----------------------------------------------------------------------------- exercises
+
+EXERCISE_HEAD = (
+    "import torch\nimport triton\nimport triton.language as tl\n"
+    "from tilebook.exercises import check_elementwise\n"
+)
+
+
+def test_exercise_1_axpy_solution_passes_its_check(tmp_path):
+    (solution,) = exercise_blocks(SOURCE)[1]
+    said = " ".join(exercise_text(SOURCE, 1).split())
+    assert "``check_elementwise(axpy, lambda x, y: 2.5 * x + y, block=1024)``" in said
+    mod = run_blocks(tmp_path / "ex1_axpy.py", EXERCISE_HEAD, solution)
+    (verdict,) = mod.PRINTED
+    assert verdict.ok, str(verdict)
+    assert len(verdict.cases) == len(SIZES)
+
+    def axpy_floor_grid(x, y, out):  # the same kernel, a grid one program short
+        n = out.numel()
+        mod.axpy_kernel[(max(n // 1024, 1),)](x, y, out, 2.5, n, BLOCK=1024)
+
+    broken = check_elementwise(axpy_floor_grid, lambda x, y: 2.5 * x + y, block=1024)
+    assert "unwritten" in broken.kinds() and "triton.cdiv" in str(broken), str(broken)
+
+
+def test_exercise_2_the_checker_says_why_block_1000_fails(lesson):
+    text = " ".join(exercise_text(SOURCE, 2).split())
+    assert "``check_elementwise(lambda x, y: add(x, y, block_size=1000), torch.add)``" in text
+    verdict = check_elementwise(lambda x, y: lesson.add(x, y, block_size=1000), torch.add)
+    assert verdict.kinds() == {"raised"}, str(verdict)
+    assert "power-of-two" in str(verdict)
+    assert check_elementwise(lambda x, y: lesson.add(x, y, block_size=1024), torch.add).ok

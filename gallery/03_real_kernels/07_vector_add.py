@@ -546,8 +546,12 @@ final.assert_ok()
 # Try this
 # --------
 #
+# Each exercise that asks for a kernel ends with the line that checks it
+# (``from tilebook.exercises import check_elementwise``).
+#
 # 1. Write ``axpy``: ``out = alpha * x + y`` with ``alpha`` a Python float
-#    passed as an ordinary (non-``constexpr``) argument.
+#    passed as an ordinary (non-``constexpr``) argument.  Check it with
+#    ``check_elementwise(axpy, lambda x, y: 2.5 * x + y, block=1024)``.
 #
 #    .. dropdown:: Solution
 #
@@ -561,17 +565,25 @@ final.assert_ok()
 #              y = tl.load(y_ptr + offs, mask=m)
 #              tl.store(out_ptr + offs, alpha * x + y, mask=m)
 #
+#          def axpy(x, y, out, alpha=2.5):
+#              n = out.numel()
+#              axpy_kernel[(triton.cdiv(n, 1024),)](x, y, out, alpha, n, BLOCK=1024)
+#
+#          print(check_elementwise(axpy, lambda x, y: 2.5 * x + y, block=1024))
+#
 #       A float becomes a kernel argument of type ``fp32``.  Triton specialises
 #       integer arguments equal to one (and notes those divisible by 16) but
 #       not floats, so every ``alpha`` reuses one binary.
 #
-# 2. Launch ``add`` with ``block_size=1000``.  What happens, and why?
+# 2. Launch ``add`` with ``block_size=1000``.  What happens, and why?  Check
+#    it with ``check_elementwise(lambda x, y: add(x, y, block_size=1000),
+#    torch.add)``.
 #
 #    .. dropdown:: Solution
 #
-#       Compilation fails: ``tl.arange`` needs a power-of-two length.
-#       :func:`tilebook.vector_add` checks this first and raises a
-#       ``ValueError`` instead.
+#       Compilation fails, and the checker says why: ``tl.arange`` needs a
+#       power-of-two length.  :func:`tilebook.vector_add` checks this first
+#       and raises a ``ValueError`` instead.
 #
 # 3. The launcher switches to 64-bit offsets when ``n + BLOCK_SIZE >= 2**31``,
 #    not when ``n >= 2**31``.  Why add ``BLOCK_SIZE``?
