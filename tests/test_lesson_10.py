@@ -13,11 +13,13 @@ from __future__ import annotations
 import ast
 import importlib.util
 import inspect
+import re
 import textwrap
 from pathlib import Path
 
 import pytest
 import torch
+from exercise_blocks import exercise_text, run_blocks
 
 import tilebook
 from tilebook.bench import RECORDS_DIR, load_record
@@ -251,3 +253,94 @@ def test_experiments_run_on_a_gpu():
     assert [r["programs"] for r in rows] == [4096 // cfg.block_m, experiment.sm_limits()["sms"]]
     facts = experiment.resources(experiment.binary(cfg, 256))
     assert facts["num_warps"] == cfg.num_warps and facts["registers"] > 0
+
+
+# ----------------------------------------------------------------------------- exercises
+
+ROW_KERNEL = ("    e = tl.exp(x - tl.max(x, axis=0))\n", "    y = e / tl.sum(e, axis=0)\n")
+
+
+def _said(number: int) -> str:
+    return " ".join(exercise_text(SOURCE, number).split())
+
+
+def _inline(text: str) -> list[str]:
+    return re.findall(r"``(.+?)``", text)
+
+
+def _exercise_module(path: Path, *extra: str, change: tuple[str, str] = ("", "")):
+    """The lesson's kernels, launchers and ``awkward`` input (with ``change`` made), then
+    ``extra`` code."""
+    head = (
+        "import torch\nimport triton\nimport triton.language as tl\n"
+        "import tilebook\nimport tilebook.ops.softmax as sm\n"
+        "from tilebook.exercises import check\n\n"
+        "DEVICE = tilebook.device()\nROWS, COLS = 37, 1000\n\n"
+    )
+    names = ["softmax_row_kernel", "ROW_WARPS", "softmax_rows", "softmax_online_kernel"]
+    names += ["softmax_online", "CHUNK", "awkward"]
+    body = "\n\n".join(_source(name) for name in names)
+    assert change[0] in body
+    body = body.replace(*change)
+    return run_blocks(path, head + body, "cases = [(awkward(torch.float32),)]", *extra)
+
+
+def _check_line(number: int) -> str:
+    """The exercise's checking line, as its text gives it."""
+    (line,) = [c for c in _inline(_said(number)) if c.startswith("check(")]
+    return f"print({line})"
+
+
+def test_the_exercises_cases_are_the_lesson_s():
+    intro = " ".join(SOURCE[SOURCE.index("# Try this") :].split("# 1. ")[0].split())
+    assert "``cases = [(awkward(torch.float32),)]``" in intro
+
+
+def test_exercise_1_the_checker_names_the_rows_a_skipped_rescale_breaks(tmp_path):
+    rescale = "s = s * tl.exp(m - shift) + tl.sum"
+    assert "``s = s * tl.exp(m - shift) + …``" in _said(1)
+    right = _exercise_module(tmp_path / "ex1_right.py", _check_line(1))
+    (verdict,) = right.PRINTED
+    assert verdict.ok, str(verdict)
+    skip = (rescale, "s = s + tl.sum")
+    mod = _exercise_module(tmp_path / "ex1_skip.py", _check_line(1), change=skip)
+    (verdict,) = mod.PRINTED
+    ((_, wrong),) = verdict.findings
+    assert wrong.kind == "wrong" and " in rows " in wrong.message, str(verdict)
+    got, expected = re.search(r"got (\S+), expected (\S+)\.", wrong.message).groups()
+    assert float(got) < float(expected)  # too small, as the solution says
+    # The rows that go wrong are those whose maximum is not in the first chunk.
+    x = mod.cases[0][0]
+    out = mod.softmax_online(x, mod.CHUNK).double()
+    ref = torch.softmax(x.double(), -1)
+    bad = ~torch.isclose(out, ref, rtol=1e-4, atol=1e-7).all(1)
+    late = x[:, : mod.CHUNK].amax(1) < x.amax(1)
+    assert torch.equal(bad[1:], late[1:]) and late[3]  # row 0 is all -inf: NaN in both
+    first = late[1:].nonzero()[0].item() + 1
+    assert wrong.message.split(" in rows ")[1].startswith(str(first))
+
+
+def test_exercise_2_log_softmax_solution_passes_its_check(tmp_path):
+    z, y = (c for c in _inline(_said(2)) if c.startswith(("z = ", "y = ")))
+    kernel = _source("softmax_row_kernel").replace("softmax_row_kernel", "log_softmax_kernel")
+    assert all(line in kernel for line in ROW_KERNEL)
+    kernel = kernel.replace(ROW_KERNEL[0], f"    {z}\n").replace(ROW_KERNEL[1], f"    {y}\n")
+    mod = _exercise_module(tmp_path / "ex2.py", kernel, _check_line(2))
+    (verdict,) = mod.PRINTED
+    assert verdict.ok, str(verdict)
+
+
+def test_exercise_3_temperature_solution_passes_its_check(tmp_path):
+    (load,) = [c for c in _inline(_said(3)) if c.startswith("x = x.to(")]
+    kernel = _source("softmax_row_kernel").replace("softmax_row_kernel", "softmax_t_kernel")
+    kernel = kernel.replace("stride_y, BLOCK_N", "stride_y, inv_t, BLOCK_N")
+    assert kernel.count("    x = x.to(tl.float32)\n") == 1
+    kernel = kernel.replace("    x = x.to(tl.float32)\n", f"    {load}\n")
+    mod = _exercise_module(tmp_path / "ex3.py", kernel, _check_line(3))
+    (verdict,) = mod.PRINTED
+    assert verdict.ok, str(verdict)
+    # Without the multiplication the same check fails, on every row with two values.
+    plain = kernel.replace(f"    {load}\n", "    x = x.to(tl.float32)\n")
+    mod = _exercise_module(tmp_path / "ex3_plain.py", plain, _check_line(3))
+    (verdict,) = mod.PRINTED
+    assert verdict.kinds() == {"wrong"}, str(verdict)

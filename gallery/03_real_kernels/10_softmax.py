@@ -101,15 +101,13 @@ def softmax_row_kernel(x_ptr, y_ptr, n_cols, stride_x, stride_y, BLOCK_N: tl.con
 ROW_WARPS = 4  # Triton's default
 
 
-def softmax_rows(x: torch.Tensor) -> torch.Tensor:
-    """Softmax of each row of the 2-D ``x`` (unit stride along a row)."""
+def softmax_rows(x: torch.Tensor, kernel=softmax_row_kernel, *args) -> torch.Tensor:
+    """Softmax of each row of the 2-D ``x`` by ``kernel`` (``args``: after strides)."""
     assert x.stride(1) == 1, "the kernel steps along a row with stride 1"
     y = torch.empty_like(x)
     block_n = triton.next_power_of_2(x.shape[1])
-    grid = (x.shape[0],)
-    softmax_row_kernel[grid](
-        x, y, x.shape[1], x.stride(0), y.stride(0), BLOCK_N=block_n, num_warps=ROW_WARPS
-    )
+    sizes = (x.shape[1], x.stride(0), y.stride(0), *args)
+    kernel[(x.shape[0],)](x, y, *sizes, BLOCK_N=block_n, num_warps=ROW_WARPS)
     return y
 
 
@@ -454,9 +452,8 @@ claims
 # %%
 # The backward pass
 # -----------------
-# With :math:`y = \mathrm{softmax}(x)` and an incoming gradient :math:`dy`,
-# the chain rule through
-# :math:`\partial y_j / \partial x_i = y_j (\delta_{ij} - y_i)` gives
+# With :math:`y = \mathrm{softmax}(x)`, an incoming gradient :math:`dy` and
+# :math:`\partial y_j / \partial x_i = y_j (\delta_{ij} - y_i)`, the chain rule gives
 #
 # .. math::
 #
@@ -561,14 +558,13 @@ say("tilebook's backward runs {v} columns (level: inside the spread).", v=v)
 # --------------------------------------
 # So far every launch starts a program per tile, and an SM starts the next
 # whenever a resident one finishes.  A *persistent* grid starts only as many
-# programs as fit at once (the ``per SM`` column of the table of binaries,
-# from ``programs_per_sm``), and each loops over tiles
-# ``pid, pid + nprog, …``.  It saves starting and retiring programs, and
-# risks losing to a scheduler that is good at short ones.  A
-# :class:`~tilebook.ops.softmax.SoftmaxConfig` with ``ctas_per_sm`` makes the
-# package's launcher start that many per SM.  Two lengths, each with a program
-# a tile and a persistent grid, the shorter also without the eviction hint
-# that the package's tables give it:
+# programs as fit at once (the ``per SM`` column of the table of binaries, from
+# ``programs_per_sm``), and each loops over tiles ``pid, pid + nprog, …``.  It
+# saves starting and retiring programs, and risks losing to a scheduler that is
+# good at short ones.  A :class:`~tilebook.ops.softmax.SoftmaxConfig` with
+# ``ctas_per_sm`` makes the package's launcher start that many per SM.  Two
+# lengths, each with a program a tile and a persistent grid, the shorter also
+# without the eviction hint that the package's tables give it:
 
 TILE, PERSISTENT, NO_HINT = "a program a tile", "persistent", "no eviction hint"
 
@@ -677,18 +673,25 @@ SweepExplorer(
 # Try this
 # --------
 #
+# Each exercise that asks for a kernel ends with the line that checks it
+# (``from tilebook.exercises import check``; ``cases = [(awkward(torch.float32),)]``).
+#
 # 1. Skip the rescale: in ``softmax_online_kernel``, replace
-#    ``s = s * tl.exp(m - shift) + …`` by ``s = s + …``.  Which rows of the
-#    check go wrong, and which way?
+#    ``s = s * tl.exp(m - shift) + …`` by ``s = s + …``.  Which rows go wrong,
+#    and which way?  ``check(lambda x: softmax_online(x, CHUNK), lambda x:
+#    torch.softmax(x, -1), cases)`` says.
 #
 #    .. dropdown:: Solution
 #
-#       Rows whose maximum is not in the first chunk: terms summed against a
-#       smaller maximum are too large by :math:`e^{m_{final} - m_{then}}`, so
-#       the probabilities come out too small (row 3 most).  Rows whose maximum
-#       comes first stay right: random data can miss the bug.
+#       The checker names the rows whose maximum is not in the first chunk:
+#       terms summed against a smaller maximum are too large by
+#       :math:`e^{m_{final} - m_{then}}`, so the probabilities come out too
+#       small.  Rows whose maximum comes first stay right: random data can
+#       miss the bug.
 #
-# 2. Write ``log_softmax``.  Which lines of ``softmax_row_kernel`` change?
+# 2. Write ``log_softmax_kernel``.  Which lines of ``softmax_row_kernel``
+#    change?  ``check(lambda x: softmax_rows(x, log_softmax_kernel), lambda x:
+#    torch.log_softmax(x, -1), cases)``.
 #
 #    .. dropdown:: Solution
 #
@@ -697,13 +700,15 @@ SweepExplorer(
 #       still gives NaN, like ``torch.log_softmax``; the backward becomes
 #       ``dx = dy - exp(y) * sum(dy)``.
 #
-# 3. Add a temperature, ``softmax(x / T)``, in one pass.  What changes in the
-#    backward?
+# 3. Add a temperature, ``softmax(x / T)``, in one pass: ``softmax_t_kernel``,
+#    with an argument ``inv_t`` after the strides.  What changes in the
+#    backward?  ``check(lambda x: softmax_rows(x, softmax_t_kernel, 0.5),
+#    lambda x: torch.softmax(x * 0.5, -1), cases)``.
 #
 #    .. dropdown:: Solution
 #
-#       Pass ``inv_t = 1 / T`` as a float argument and multiply after the
-#       load; the chain rule adds that factor to the backward,
+#       Multiply after the load, ``x = x.to(tl.float32) * inv_t``; the chain
+#       rule adds ``inv_t = 1 / T`` to the backward,
 #       ``dx = inv_t * y * (dy - sum(y * dy))``.  No extra byte moves.
 #
 # 4. In the widget, compare ``one row a program`` with ``tilebook`` on the
