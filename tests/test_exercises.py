@@ -286,3 +286,47 @@ def test_on_a_gpu_the_guards_catch_a_missing_mask():
     assert check_elementwise(good, torch.add, block=BLOCK).ok
     v = check_elementwise(no_mask, torch.add, block=BLOCK, sizes=(1025,))
     assert _finding(v, "n=1025", "outside").count == BLOCK - 1
+
+
+@triton.jit
+def _add_and_scale_rows(x_ptr, y_ptr, s_ptr, p_ptr, n_cols, BN: tl.constexpr, SUM: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BN)
+    m = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=m)
+    y = tl.load(y_ptr + row * n_cols + cols, mask=m)
+    if SUM:
+        tl.store(s_ptr + row * n_cols + cols, x + y, mask=m)
+    tl.store(p_ptr + row * n_cols + cols, x * y, mask=m)
+
+
+def test_row_wise_findings_name_rows_and_a_stack_names_its_slice():
+    """Two results through one out (out[0] and out[1]); without block, rows are named."""
+
+    def both(x, y, out, write_sum=True):
+        rows, cols = x.shape
+        bn = triton.next_power_of_2(cols)
+        _add_and_scale_rows[(rows,)](x, y, out[0], out[1], cols, BN=bn, SUM=write_sum)
+
+    def ref(x, y):
+        return torch.stack([x + y, x * y])
+
+    dev = tilebook.device()
+    cases = {"5x37": (torch.randn(5, 37, device=dev), torch.randn(5, 37, device=dev))}
+    assert check(both, ref, cases).ok
+    v = check(lambda x, y, out: both(x, y, out, write_sum=False), ref, cases)
+    f = _finding(v, "5x37", "unwritten")
+    assert f.count == 5 * 37 and "never written in out[0]." in f.message, str(v)
+
+    def last_rows_wrong(x, y, out):
+        both(x, y, out)
+        out[:, 3:] += 1.0
+
+    f = _finding(check(last_rows_wrong, ref, cases), "5x37", "wrong")
+    assert f.count == 2 * 2 * 37 and " in out[i] for i in 0-1;" in f.message
+
+    def one_row_wrong(x, y):  # a 2-D result: the rows are named
+        return x * y + (torch.arange(x.shape[0], device=x.device)[:, None] == 2)
+
+    f = _finding(check(one_row_wrong, lambda x, y: x * y, cases), "5x37", "wrong")
+    assert f.count == 37 and " in rows 2;" in f.message

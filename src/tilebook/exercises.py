@@ -289,9 +289,13 @@ def check(
     transposed view stays transposed); other arguments pass as they are.
     ``block`` is an ``int`` (elements per program, counted over the output
     in memory order) or one tile size per output dimension, ``(BLOCK_M,
-    BLOCK_N)``.  ``tol`` is the relative error allowed per element
-    (integers must match exactly).  See the module's docstring for the
-    contract and for what is checked.
+    BLOCK_N)``.  Without ``block``, a 2-D output's findings name its rows
+    (a row-wise kernel's programs), and an output of three or more
+    dimensions is read as a stack of results, ``out[0]``, ``out[1]``, ... (a
+    kernel that writes two tensors checks both through one ``out``):
+    findings name the slice.  ``tol`` is the relative error allowed per
+    element (integers must match exactly).  See the module's docstring for
+    the contract and for what is checked.
     """
     _check_callable(fn, "fn", kernel_hint=True)
     _check_callable(reference, "reference")
@@ -731,8 +735,12 @@ def _where(mask: torch.Tensor, block) -> str:
         shown = ", ".join(str(t) for t in tiles[:_SHOWN]) + (", ..." if len(tiles) > _SHOWN else "")
         which = "tile" if len(tiles) == 1 else "tiles"
         return f", in {which} {shown} of a {' x '.join(map(str, grid))} grid of tiles"
-    rows = sorted({_unravel(i, shape)[0] for i in flat})
-    return f" in rows {_ranges(rows)}"
+    firsts = sorted({_unravel(i, shape)[0] for i in flat})
+    if len(shape) > 2:  # a stack of results, out[0], out[1], ...: name the slices
+        if len(firsts) == 1:
+            return f" in out[{firsts[0]}]"
+        return f" in out[i] for i in {_ranges(firsts)}"
+    return f" in rows {_ranges(firsts)}"
 
 
 def _label(args: Sequence[Any]) -> str:
