@@ -62,3 +62,9 @@ def run_blocks(path: Path, *code: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def exercise_intro(source: str) -> str:
+    """The "Try this" section's text before its first exercise, on one line."""
+    text = source[source.index("# Try this") :].split("\n# 1. ")[0]
+    return " ".join(re.sub(r"^# ?", "", line) for line in text.splitlines()).strip()

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 import triton
+from exercise_blocks import exercise_blocks, exercise_intro, exercise_text, run_blocks
 
 import tilebook
 from tilebook import bench
@@ -301,3 +302,63 @@ def test_the_lesson_is_in_the_lesson_form():
     from lesson_form import check_lesson
 
     assert [str(p) for p in check_lesson(LESSON)] == []
+
+
+# ----------------------------------------------------------------------------- exercises
+
+
+def _said(number: int) -> str:
+    return " ".join(exercise_text(SOURCE, number).split())
+
+
+def _check_line(number: int) -> str:
+    """The exercise's checking line, as its text gives it."""
+    (line,) = [c for c in re.findall(r"``(.+?)``", _said(number)) if c.startswith("check(")]
+    return f"print({line})"
+
+
+def _exercise_module(path: Path, *code: str, names=("fwd_kernel", "warps_for", "forward")):
+    intro = exercise_intro(SOURCE)
+    (cases,) = [c for c in re.findall(r"``(.+?)``", intro) if c.startswith("cases = ")]
+    head = (
+        "import torch\nimport triton\nimport triton.language as tl\nimport tilebook\n"
+        "from tilebook.exercises import check\n"
+        "from tilebook.experiments import rms_norm as exp\n\n"
+        "DEVICE, EPS = tilebook.device(), exp.EPS\n"
+    )
+    body = "\n\n\n".join(_source(name) for name in names)
+    return run_blocks(path, head, body, cases, *code)
+
+
+def test_exercise_1_fused_residual_solution_passes_its_check(tmp_path):
+    (solution,) = exercise_blocks(SOURCE)[1]
+    mod = _exercise_module(tmp_path / "ex1.py", solution, _check_line(1))
+    (verdict,) = mod.PRINTED
+    assert verdict.ok, str(verdict)
+    # Forgetting to store h is named: out[0] is never written.
+    no_h = solution.replace("    tl.store(H + offs, h, mask=mask)\n", "")
+    assert no_h != solution
+    mod = _exercise_module(tmp_path / "ex1_no_h.py", no_h, _check_line(1))
+    (verdict,) = mod.PRINTED
+    assert verdict.kinds() == {"unwritten"}, str(verdict)
+    ((_, unwritten),) = verdict.findings
+    assert unwritten.count == 37 * 1000 and "never written in out[0]" in unwritten.message
+
+
+def test_exercise_2_atomic_dw_passes_its_check(tmp_path):
+    atomic = "tl.atomic_add(DW_PART + cols, dw, mask=mask)"
+    assert f"``{atomic}``" in _said(2)
+    store = "tl.store(DW_PART + pid * n_cols + cols, dw, mask=mask)"
+    empty = "x.new_empty(programs, n_cols, dtype=torch.float32)"
+    kernel, launcher = _source("bwd_kernel"), _source("backward")
+    assert store in kernel and empty in launcher and "``x.new_zeros``" in _said(2)
+    kernel = kernel.replace(store, atomic)
+    launcher = launcher.replace(empty, empty.replace("new_empty", "new_zeros"))
+    mod = _exercise_module(tmp_path / "ex2.py", kernel, launcher, _check_line(2))
+    (verdict,) = mod.PRINTED
+    assert verdict.ok, str(verdict)
+    # The check sees dw: a kernel that adds nothing leaves the zeros, and fails.
+    lost = kernel.replace(atomic, "")
+    mod = _exercise_module(tmp_path / "ex2_lost.py", lost, launcher, _check_line(2))
+    (verdict,) = mod.PRINTED
+    assert verdict.kinds() == {"wrong"}, str(verdict)

@@ -83,17 +83,15 @@ HIDDEN = (1024, 8192, 65536)  # the row lengths measured on a GPU
 #    y = (xf * torch.rsqrt(ms + eps) * w.float()).to(x.dtype)  # three more
 #
 # Counted per element for bf16 data, that chain moves about ten times the bytes
-# that one read of ``x`` and one write of ``y`` need.  That is the case for a
-# kernel.
+# that one read of ``x`` and one write of ``y`` need: the case for a kernel.
 #
 # The forward kernel
 # ------------------
-# The smallest kernel that does it: one :term:`program` per row, holding the
-# whole row as one block.  It loads the row, squares and sums it in fp32, turns
-# the sum into ``rstd``, scales the *same* values and stores ``y``.  Nothing is
-# written between the reduction and the scaling, so ``x`` crosses the memory bus
-# once.  The price: the whole row must fit in one program's
-# :term:`registers <register>`.  The arguments:
+# The smallest kernel that does it: one :term:`program` per row, holding the whole row
+# as one block.  It loads the row, squares and sums it in fp32, turns the sum into
+# ``rstd``, scales the *same* values and stores ``y``.  Nothing is written between the
+# reduction and the scaling, so ``x`` crosses the memory bus once.  The price: the
+# whole row must fit in one program's :term:`registers <register>`.  The arguments:
 #
 # ``X``, ``Y``, ``stride``
 #     Pointers to the input and output rows, ``stride`` elements apart and
@@ -142,18 +140,16 @@ def forward(x, w, eps=EPS):
     y, rstd = torch.empty_like(x), x.new_empty(n_rows, dtype=torch.float32)
     block = triton.next_power_of_2(n_cols)
     warps = warps_for(block)
-    fwd_kernel[(n_rows,)](
-        x, w, y, rstd, n_cols, x.stride(0), eps, BLOCK_N=block, num_warps=warps
-    )
+    args = (x, w, y, rstd, n_cols, x.stride(0), eps)
+    fwd_kernel[(n_rows,)](*args, BLOCK_N=block, num_warps=warps)
     return y, rstd
 
 
 for h in (7, 1000, *HIDDEN):
     block = triton.next_power_of_2(h)
     warps = warps_for(block)
-    print(
-        f"H={h}: BLOCK_N={block}, num_warps={warps}, {block / (32 * warps):g} a thread"
-    )
+    per = block / (32 * warps)
+    print(f"H={h}: BLOCK_N={block}, num_warps={warps}, {per:g} a thread")
 
 # %%
 # The backward pass, on paper
@@ -222,10 +218,8 @@ def backward(dy, x, w, rstd, programs, kernel=bwd_kernel):
     assert dy.stride() == x.stride() and x.stride(1) == 1
     n_rows, n_cols = x.shape
     programs = min(programs, n_rows)
-    dx, dw_part = (
-        torch.empty_like(x),
-        x.new_empty(programs, n_cols, dtype=torch.float32),
-    )
+    dx = torch.empty_like(x)
+    dw_part = x.new_empty(programs, n_cols, dtype=torch.float32)
     block = triton.next_power_of_2(n_cols)
     args = (dy, x, w, rstd, dx, dw_part, n_rows, n_cols, x.stride(0))
     kernel[(programs,)](*args, BLOCK_N=block, num_warps=warps_for(block))
@@ -236,13 +230,13 @@ def backward(dy, x, w, rstd, programs, kernel=bwd_kernel):
 # %%
 # Is it right?
 # ------------
-# The reference does not use our derivation: PyTorch's autograd differentiates
-# the formula in float64, from the same rounded inputs
+# The reference does not use our derivation: autograd differentiates the formula
+# in float64, from the same rounded inputs
 # (:func:`~tilebook.experiments.rms_norm.reference`).  The shapes are ragged
 # (rows of 7 and 1000), and every backward runs on two grids, one program per
 # row and three programs with long chains of rows: the grid changes the order
-# of the additions, never the answer.  The package's op is checked alongside.
-# :class:`~tilebook.check.CorrectnessReport` stops the build if any case misses
+# of the additions, never the answer.  The package's op is checked alongside;
+# :class:`~tilebook.check.CorrectnessReport` stops the build if a case misses
 # its tolerance (bfloat16 only on a GPU: the interpreter computes it wrongly).
 
 BIG = tilebook.pick(gpu=(4096, 8192, torch.bfloat16), cpu=(64, 2048, torch.float32))
@@ -345,15 +339,15 @@ say(
 # %%
 # Refinements, each asked for by a measurement
 # --------------------------------------------
-# The lesson's kernels are correct, and short.  The package's are longer, and
-# each addition has to earn its place.  The experiment below times the lesson's
-# launchers against :func:`~tilebook.ops.rms_norm.launch_rms_norm_fwd` and
+# The lesson's kernels are correct, and short; each of the package's additions
+# has to earn its place.  The experiment below times the lesson's launchers
+# against :func:`~tilebook.ops.rms_norm.launch_rms_norm_fwd` and
 # :func:`~tilebook.ops.rms_norm.launch_rms_norm_bwd` at the three row lengths of
 # ``HIDDEN``.  The package's forward groups short rows several to a program and
 # adds an eviction hint to its loads (``evict_last``: if lines must leave L2,
-# these go last); where it groups rows, its kernel also runs on one row a
-# program with the lesson's warps, to tell the hint from the grouping ("hint
-# only").  Every variant is checked against float64 before it is timed.
+# these go last); where it groups rows, its kernel also runs on one row a program
+# with the lesson's warps, to tell the hint from the grouping ("hint only").
+# Every variant is checked against float64 before it is timed.
 
 
 def package_fwd(**options):
@@ -370,9 +364,8 @@ def steps_sweep():
         fwds = {"lesson": forward, "package": package_fwd()}
         block, grouped, _ = package.fwd_config(h)
         if grouped > 1 and h <= package.FWD_CHUNKED_THRESHOLD:
-            fwds["hint only"] = package_fwd(
-                rows_per_program=1, num_warps=warps_for(block)
-            )
+            one_row = {"rows_per_program": 1, "num_warps": warps_for(block)}
+            fwds["hint only"] = package_fwd(**one_row)
         pairs = {k: (f, lesson_bwd) for k, f in fwds.items()}
         rows += exp.kernels(pairs, h, passes=["forward"])
         bwds = {"lesson": lesson_bwd, "package": package.launch_rms_norm_bwd}
@@ -425,14 +418,14 @@ claims
 
 # %%
 # **Long rows.**  The chunked kernels are the large step; every other addition
-# changes the speed by less than ``SMALL`` (the claims above), a tuning choice
-# that ``benchmarks/rms_norm.py --tune`` revisits per GPU.  Why the lesson's
-# kernels fall apart at long rows is arithmetic on the launch configuration.  An SM has :datasheet:`cuda.registers_per_sm`, shared by the threads of
-# its programs, and a thread may use at most :datasheet:`cuda.max_registers`.
-# When a thread needs more values than it has registers, the compiler has to
-# :term:`spill` the rest to local memory, off-chip, and every row pays that
-# traffic on top of its own.  The package hands rows longer than
-# ``package.FWD_CHUNKED_THRESHOLD`` (forward) and
+# changes the speed by less than ``SMALL`` (the claims above), a tuning choice that
+# ``benchmarks/rms_norm.py --tune`` revisits per GPU.  Why the lesson's kernels fall
+# apart at long rows is arithmetic on the launch configuration.  An SM has
+# :datasheet:`cuda.registers_per_sm`, shared by the threads of its programs, and a
+# thread may use at most :datasheet:`cuda.max_registers`.  When a thread needs more
+# values than it has registers, the compiler has to :term:`spill` the rest to local
+# memory, off-chip, and every row pays that traffic on top of its own.  The package
+# hands rows longer than ``package.FWD_CHUNKED_THRESHOLD`` (forward) and
 # ``package.BWD_CHUNKED_THRESHOLD`` (backward) to chunked kernels.
 
 
@@ -494,9 +487,8 @@ plot_record(vs, where={"pass": "backward"}, title="backward (autograd), bf16", *
 
 
 def against_torch(r):
-    return speedup(
-        r, vs.one(hidden=r["hidden"], impl="F.rms_norm", **{"pass": r["pass"]})
-    )
+    torch_row = vs.one(hidden=r["hidden"], impl="F.rms_norm", **{"pass": r["pass"]})
+    return speedup(r, torch_row)
 
 
 columns = {"pass": "pass", "H": "hidden", "tilebook GB/s": rate}
@@ -509,24 +501,21 @@ table(vs.rows, columns, where={"impl": "tilebook"}, caption=vs.caption())
 claims = Claims("11 rms_norm", vs)
 for h in HIDDEN:
     c = against_torch(vs.one(impl="tilebook", hidden=h, **{"pass": "forward"}))
-    claims.check(
-        f"tilebook's forward beats F.rms_norm's at {h}", c.faster, c.evidence()
-    )
+    text = f"tilebook's forward beats F.rms_norm's at {h}"
+    claims.check(text, c.faster, c.evidence())
 worst = max(r[k] for r in vs.rows for k in ("err_y", "err_dx", "err_dw"))
 claims.check("Both compute the same, to bf16 tolerance", worst <= tol, f"{worst:.1e}")
 
 # %%
-# The backward goes through autograd, so its figures include the host's work
-# around the kernels: the autograd engine, ``RMSNormFunction.backward`` and the
-# launches.  The launcher alone, in the table of refinements, includes none of
-# it, and do_bench leaves the GPU idle between calls, where host time shows:
+# The backward through autograd includes the host's work around the kernels:
+# the autograd engine, ``RMSNormFunction.backward`` and the launches.  The
+# launcher alone, in the table of refinements, includes none of it, and
+# do_bench leaves the GPU idle between calls, where host time shows:
 
 pick = {"hidden": mid, "pass": "backward"}
 c = speedup(vs.one(impl="tilebook", **pick), steps.one(impl="package", **pick))
-vs_torch = {
-    h: against_torch(vs.one(impl="tilebook", hidden=h, **{"pass": "backward"}))
-    for h in HIDDEN
-}
+bwd_rows = {h: vs.one(impl="tilebook", **pick | {"hidden": h}) for h in HIDDEN}
+vs_torch = {h: against_torch(r) for h, r in bwd_rows.items()}
 say(
     "At {mid} columns the package's backward through autograd runs at {r:.2f} times "
     "the speed of its launcher alone (spread {lo:.2f} to {hi:.2f}: {v}).  Against "
@@ -542,16 +531,15 @@ say(
 # %%
 # Accumulating in bf16
 # --------------------
-# Every sum above is accumulated in fp32, even for bf16 data.  That is not
-# automatic: ``tl.sum`` adds in the type it is given, so a kernel that forgets
-# the ``.to(tl.float32)`` adds bf16 numbers in bf16, which keeps eight
-# significant bits.  How much that costs depends less on how many numbers are
-# added than on *how long a chain of additions* is: once a running sum is a few
-# hundred times larger than what is added to it, bf16 rounds the addition away.
-# Inside one row, each thread adds a handful of values and a tree combines the
-# threads: short chains.  A program's share of ``dw`` is one long chain, one
-# addition per row it walks.  Here is the backward with the upcast forgotten in
-# both of its sums (the changed lines end in ``# bf16``):
+# Every sum above is accumulated in fp32, even for bf16 data.  That is not automatic:
+# ``tl.sum`` adds in the type it is given, so a kernel that forgets the
+# ``.to(tl.float32)`` adds bf16 numbers in bf16, which keeps eight significant bits.
+# How much that costs depends less on how many numbers are added than on *how long a
+# chain of additions* is: once a running sum is a few hundred times larger than what
+# is added to it, bf16 rounds the addition away.  Inside one row, each thread adds a
+# handful of values and a tree combines the threads: short chains.  A program's share
+# of ``dw`` is one long chain, one addition per row it walks.  Here is the backward
+# with the upcast forgotten in both of its sums (the changed lines end in ``# bf16``):
 
 
 @triton.jit
@@ -580,11 +568,10 @@ def bwd_kernel_bf16(
 # On a GPU (the interpreter's bf16 arithmetic cannot be trusted) the experiment
 # runs a training step, the lesson's forward and then each backward, at each
 # width, and measures its speed and the errors of ``y``, ``dx`` and ``dw``
-# against float64.  The yardstick for an error is what rounding the exact
-# answer to bf16 costs, which no kernel can beat; a setting whose error is more
-# than ``WRONG`` times that adds error of its own, and the widget marks it
-# wrong.  Rows too long for registers are marked as well, with the arithmetic
-# above.
+# against float64.  The yardstick for an error is what rounding the exact answer
+# to bf16 costs, which no kernel can beat; a setting whose error is more than
+# ``WRONG`` times that adds error of its own, and the widget marks it wrong.
+# Rows too long for registers are marked as well, with the arithmetic above.
 
 WRONG = 2.0
 PAIRS = {
@@ -605,12 +592,8 @@ def explain(r):
     need, most = per_thread(r["hidden"])
     chain = exp.ELEMENTS // r["hidden"] / grid_for(r["hidden"], sms)  # rows a program
     errs = ", ".join(f"{k} {r['err_' + k]:.1e}" for k in ("y", "dx", "dw"))
-    out = {
-        **r,
-        "wrong": "",
-        "note": "",
-        "extra": f"errors {errs}; {chain:.0f} rows a program",
-    }
+    out = {**r, "wrong": "", "note": ""}
+    out["extra"] = f"errors {errs}; {chain:.0f} rows a program"
     if c > WRONG:
         out["wrong"] = f"{k} error {c:.1f} times that of rounding the exact answer"
     if need > most:
@@ -671,31 +654,59 @@ say(
 # Try this
 # --------
 #
-# 1. Pre-norm transformers add the residual first, ``h = x + residual``, keep
-#    ``h`` for the next block and normalise it.  Fuse the addition into
-#    ``fwd_kernel``.  How many bytes per element does it move in bf16, against
-#    an addition followed by :func:`tilebook.rms_norm`?
+# Each exercise that asks for a kernel ends with the line that checks it
+# (``from tilebook.exercises import check``; ``cases = [exp.inputs(37, 1000,
+# torch.float32, device=DEVICE)]``, each ``(x, w, dy)``).
+#
+# 1. Pre-norm transformers add the residual first, ``h = x + r``, keep ``h`` and
+#    normalise it.  Fuse the addition into ``fwd_kernel`` (``h`` to ``out[0]``,
+#    ``y`` to ``out[1]``).  How many bytes per element does it move in bf16, against
+#    an addition followed by :func:`tilebook.rms_norm`?  ``check(add_norm, lambda x,
+#    w, r: torch.stack([x + r, exp.reference(x + r, w, r)[0]]), cases)``.
 #
 #    .. dropdown:: Solution
 #
-#       Load both inputs, add in fp32, store ``h`` (rounded to the output
-#       type) and carry on with the stored, rounded ``h`` as ``x``, as the
-#       unfused pair would see it.
+#       .. code-block:: python
+#
+#          @triton.jit
+#          def add_norm_kernel(X, R, W, H, Y, RSTD, n_cols, stride, eps,
+#                              BLOCK_N: tl.constexpr):
+#              row = tl.program_id(0)
+#              cols = tl.arange(0, BLOCK_N)
+#              mask = cols < n_cols
+#              offs = row * stride + cols
+#              x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
+#              h = (x + tl.load(R + offs, mask=mask, other=0.0)).to(H.dtype.element_ty)
+#              tl.store(H + offs, h, mask=mask)
+#              x = h.to(tl.float32)
+#              w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+#              rstd = tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)
+#              tl.store(RSTD + row, rstd)
+#              tl.store(Y + offs, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
+#
+#          def add_norm(x, w, r, out):  # *out: out[0] (h) and out[1] (y)
+#              (rows, cols), rstd = x.shape, x.new_empty(len(x), dtype=torch.float32)
+#              add_norm_kernel[(rows,)](x, r, w, *out, rstd, cols, x.stride(0), EPS,
+#                                       BLOCK_N=triton.next_power_of_2(cols))
+#
 #       The fused kernel reads two tensors and writes two: eight bytes an
 #       element.  Unfused, the addition reads two and writes one, and the norm
 #       reads that one back and writes ``y``: ten.  A fifth less traffic.
 #
-# 2. Replace the partial buffer by ``tl.atomic_add(DW + cols, dw, mask=mask)``
-#    into one zeroed fp32 row, and rerun the bit-for-bit check on a GPU.  What
-#    changes?
+# 2. Replace the partial buffer by ``tl.atomic_add(DW_PART + cols, dw,
+#    mask=mask)`` into its row 0, zeroed (``x.new_zeros`` in ``backward``), and
+#    rerun the bit-for-bit check on a GPU.  What changes?  ``check(lambda x, w,
+#    dy: backward(dy, x, w, forward(x, w)[1], 4)[1], lambda x, w, dy:
+#    exp.reference(x, w, dy)[2], cases)``.
 #
 #    .. dropdown:: Solution
 #
-#       ``dw`` now changes in its last bits from run to run: floating-point
-#       addition is not associative, and the order in which the programs' adds
-#       land depends on which program finishes first.  With a grid sized from
-#       the SMs there is one add per program and column, so expect the speed to
-#       change little; what the partial buffer buys is reproducibility.
+#       ``dw`` is still right (the check passes) but changes in its last bits
+#       from run to run: floating-point addition is not associative, and the
+#       order in which the programs' adds land depends on which program
+#       finishes first.  With a grid sized from the SMs there is one add per
+#       program and column, so expect the speed to change little; what the
+#       partial buffer buys is reproducibility.
 #
 # 3. In the widget, bf16 sums cost ``dw`` least at the longest width.  Why, and
 #    what would make it worse there?
