@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from exercise_blocks import exercise_blocks, exercise_intro, exercise_text, run_blocks
 
 import tilebook
 from tilebook.bench import RECORDS_DIR
@@ -205,3 +206,68 @@ def test_fusion_record_covers_the_page():
     for r in rows:
         assert 0 < r["p20_ms"] <= r["median_ms"] <= r["p80_ms"]
         assert r["rel_err"] < 1e-2
+
+
+# --------------------------------------------------------------------------- exercises
+
+
+def _said(number: int) -> str:
+    return " ".join(exercise_text(SOURCE, number).split())
+
+
+def _inline(text: str) -> list[str]:
+    return re.findall(r"``(.+?)``", text)
+
+
+def _exercise_run(path: Path, *code: str, change: tuple[str, str] = ("", "")):
+    """The lesson's kernels and launchers (with ``change`` made), the exercises' cases,
+    then ``code``; what it prints is in ``PRINTED``."""
+    (cases,) = [c for c in _inline(exercise_intro(SOURCE)) if c.startswith("cases = ")]
+    head = (
+        "import torch\nimport triton\nimport triton.language as tl\nimport tilebook\n"
+        "from tilebook import exercises\n"
+        "from tilebook.experiments import linear_act as experiment\n\n"
+        "DEVICE = tilebook.device()\n"
+    )
+    body = "\n\n\n".join(_with_decorators(_node(n)) for n in LIFTED)
+    assert change[0] in body
+    return run_blocks(path, head, body.replace(*change), cases, *code)
+
+
+def _check_line(number: int) -> str:
+    (line,) = [c for c in _inline(_said(number)) if c.startswith("exercises.check(")]
+    return f"print({line})"
+
+
+def test_exercise_1_relu2_solution_passes_its_check(tmp_path):
+    (branch,) = exercise_blocks(SOURCE)[1]
+    tail = '    elif ACTIVATION == "silu":\n        x = x * tl.sigmoid(x)\n    return x'
+    assert _with_decorators(_node("activation")).endswith(tail)
+    code = tail.replace("    return x", textwrap.indent(branch, "    ") + "    return x")
+    mod = _exercise_run(tmp_path / "ex1.py", _check_line(1), change=(tail, code))
+    (verdict,) = mod.PRINTED
+    assert verdict.ok, str(verdict)
+    # The teaching kernel has no "relu2": every value is left as plain z, and named.
+    mod = _exercise_run(tmp_path / "ex1_none.py", _check_line(1))
+    (verdict,) = mod.PRINTED
+    assert verdict.kinds() == {"wrong"} and "tiles (0, 0)" in str(verdict), str(verdict)
+
+
+def test_exercise_2_residual_solution_passes_its_check(tmp_path):
+    (add,) = [c for c in _inline(_said(2)) if c.startswith("acc += tl.load(r_ptr")]
+    kernel = _with_decorators(_node("linear_act_kernel"))
+    kernel = kernel.replace("def linear_act_kernel(", "def residual_kernel(")
+    param = '    ACTIVATION: tl.constexpr,  # "none", "relu", "gelu", "gelu_tanh" or "silu"\n'
+    store = "    y_tile = y_ptr + offs_m[:, None] * N + offs_n[None, :]\n"
+    assert param in kernel and store in kernel
+    kernel = kernel.replace(param, param + "    r_ptr,\n").replace(store, f"    {add}\n" + store)
+    mod = _exercise_run(tmp_path / "ex2.py", kernel, _check_line(2))
+    (verdict,) = mod.PRINTED
+    assert verdict.ok, str(verdict)
+    # Without the added line, every tile is wrong by r, and the report says so.
+    plain = kernel.replace(f"    {add}\n", "")
+    mod = _exercise_run(tmp_path / "ex2_plain.py", plain, _check_line(2))
+    (verdict,) = mod.PRINTED
+    ((_, wrong),) = verdict.findings
+    assert wrong.kind == "wrong" and wrong.count > 45 * 37 // 2, str(verdict)
+    assert "tiles (0, 0), (0, 1), (1, 0), (1, 1)" in wrong.message

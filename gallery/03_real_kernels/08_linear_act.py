@@ -190,14 +190,15 @@ WARPS = 4
 MAX_K = 256
 
 
-def launch(kernel, x, w, b, activation):
-    """``activation(x @ w.T + b)`` by ``kernel``, for 2-D row-major ``x`` and ``w``."""
+def launch(kernel, x, w, b, activation, **extra):
+    """``activation(x @ w.T + b)`` by ``kernel``, for 2-D row-major ``x`` and ``w``
+    (``extra``: more arguments, by name, for the exercises' kernels)."""
     (rows, inner), outs = x.shape, w.shape[0]
     if inner > MAX_K:
         raise ValueError(f"K = {inner} does not fit one block (at most {MAX_K})")
     y = torch.empty(rows, outs, dtype=x.dtype, device=x.device)
     grid = (triton.cdiv(rows, TILE[0]), triton.cdiv(outs, TILE[1]))
-    meta = {"BLOCK_M": TILE[0], "BLOCK_N": TILE[1], "num_warps": WARPS}
+    meta = {"BLOCK_M": TILE[0], "BLOCK_N": TILE[1], "num_warps": WARPS, **extra}
     meta["BLOCK_K"] = max(16, triton.next_power_of_2(inner))  # tl.dot wants >= 16
     bias = y if b is None else b
     kernel[grid](x, w, bias, y, rows, outs, inner, b is not None, activation, **meta)
@@ -671,8 +672,14 @@ last
 # Try this
 # --------
 #
+# Each exercise that asks for a kernel ends with the line that checks it
+# (``from tilebook import exercises``; ``cases = [experiment.layer(45, 37, 70,
+# torch.float16, DEVICE)]``, each ``(x, w, b)``).
+#
 # 1. Add squared ReLU, :math:`\max(z, 0)^2`, as a new ``ACTIVATION`` value.
-#    What does it cost in the epilogue?
+#    What does it cost in the epilogue?  ``exercises.check(lambda x, w, b:
+#    fused_fitted(x, w, b, "relu2"), lambda x, w, b: torch.relu(x @ w.T + b) **
+#    2, cases, block=TILE)``.
 #
 #    .. dropdown:: Solution
 #
@@ -684,17 +691,21 @@ last
 #              x = tl.maximum(x, 0.0)
 #              x = x * x
 #
-#       Two instructions a value: fusing it saves the whole extra trip.  Check
-#       it against ``F.relu(z) ** 2`` in float64.
+#       Two instructions a value: fusing it saves the whole extra trip.
 #
 # 2. A residual connection, ``out = r + x @ W.T + b``, is an epilogue too.  Add
-#    ``r`` to the kernel.  What does fusing it save?
+#    ``r`` to a copy of ``linear_act_kernel``, ``residual_kernel``, as ``r_ptr``
+#    after ``ACTIVATION``.  What does fusing it save?  ``exercises.check(lambda
+#    x, w, b, r: launch(residual_kernel, x, w, b, "none", r_ptr=r), lambda x, w,
+#    b, r: r + x @ w.T + b, [(*c, torch.randn(45, 37, device=DEVICE).half()) for
+#    c in cases], block=TILE)``.
 #
 #    .. dropdown:: Solution
 #
-#       Load the tile of ``r`` with the store's offsets and mask
-#       (``tl.load(r_ptr + offs_m[:, None] * N + offs_n[None, :], ...)``), add it
-#       to ``acc`` in float32, store once.  Unfused, ``Y`` makes two trips for nothing, as with an activation.
+#       Before the store, load the tile of ``r`` with the store's offsets and
+#       mask and add it in float32: ``acc += tl.load(r_ptr + offs_m[:, None] * N
+#       + offs_n[None, :], mask=m_ok & n_ok, other=0.0).to(tl.float32)``.
+#       Unfused, ``Y`` makes two trips for nothing, as with an activation.
 #
 # 3. Why can this kernel not take ``K`` = 4096, and what would it take?
 #
