@@ -13,6 +13,7 @@ import importlib.util
 import inspect
 import json
 import math
+import re
 import sys
 import textwrap
 import types
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from exercise_blocks import exercise_text, run_blocks
 
 import tilebook
 from tilebook.bench import RECORDS_DIR
@@ -290,3 +292,36 @@ def test_records_cover_the_page(lesson):
         assert {(shape, "tilebook"), (shape, "cuBLAS")} <= sizes
     layer = {r["impl"] for r in _record("lesson09_linear_act")["rows"]}
     assert layer == {"tilebook", "unfused", "F.linear"}
+
+
+# --------------------------------------------------------------------------- exercises
+
+
+def test_exercise_3_the_checker_sees_a_missing_k_mask(tmp_path):
+    said = " ".join(exercise_text(SOURCE, 3).split())
+    (line,) = [c for c in re.findall(r"``(.+?)``", said) if c.startswith("check(")]
+    loads = (
+        "a = tl.load(a_ptrs, mask=m_ok & k_ok[None, :], other=0.0)",
+        "b = tl.load(b_ptrs, mask=k_ok[:, None] & n_ok, other=0.0)",
+    )
+    kernel = _with_decorators(_node("tiled_matmul_kernel"))
+    assert all(load in kernel for load in loads)
+    head = (
+        "import torch\nimport triton\nimport triton.language as tl\nimport tilebook\n"
+        "from tilebook.exercises import check\nfrom tilebook.ops import matmul as mm\n"
+        "from tilebook.experiments import matmul as experiment\n\n"
+        "DEVICE, FP16 = tilebook.device(), torch.float16\n"
+    )
+    names = ["tile_coords", "tiled_matmul_kernel", "cdiv", "matmul"]
+    body = "\n\n\n".join(_with_decorators(_node(n)) for n in names)
+    right = run_blocks(tmp_path / "ex3_right.py", head, body, f"print({line})")
+    (verdict,) = right.PRINTED
+    assert verdict.ok, str(verdict)
+    unmasked = body.replace(loads[0], loads[0].replace(" & k_ok[None, :]", ""))
+    unmasked = unmasked.replace(loads[1], loads[1].replace("k_ok[:, None] & ", ""))
+    broken = run_blocks(tmp_path / "ex3_unmasked.py", head, unmasked, f"print({line})")
+    (verdict,) = broken.PRINTED
+    ragged, whole = verdict.cases
+    assert whole.ok and "x29 " in ragged.label, str(verdict)
+    ((nan),) = ragged.findings
+    assert nan.kind == "nan" and nan.count == 37 * 53, str(verdict)  # every element

@@ -103,14 +103,13 @@ say(
 #
 # Which program computes which tile
 # ---------------------------------
-# The grid is one-dimensional, one program per tile, and the GPU starts them
-# roughly in order of their id, as many at once as fit (a *wave*).  Row-major
-# order (``pid // num_n``, ``pid % num_n``) gives a wave a few whole rows of
-# tiles: a few row-panels of ``A`` but every column-panel of ``B``.  Grouped
-# order walks *down* ``GROUP_M`` rows of tiles before it moves right, so a wave
-# covers a squarer patch of ``C`` and needs fewer panels.  This is the
-# package's function; ``GROUP_M = 1`` is row-major order, and the last group
-# has fewer rows when ``GROUP_M`` does not divide ``num_m``.
+# The grid is one-dimensional, one program per tile, and the GPU starts them roughly
+# in order of their id, as many at once as fit (a *wave*).  Row-major order (``pid //
+# num_n``, ``pid % num_n``) gives a wave a few whole rows of tiles: a few row-panels
+# of ``A`` but every column-panel of ``B``.  Grouped order walks *down* ``GROUP_M``
+# rows of tiles before it moves right, so a wave covers a squarer patch of ``C`` and
+# needs fewer panels.  This is the package's function; ``GROUP_M = 1`` is row-major
+# order, and the last group has fewer rows when ``GROUP_M`` does not divide ``num_m``.
 
 
 @triton.jit
@@ -202,12 +201,11 @@ def matmul(a, b, cfg=None):
 # %%
 # Is it right?
 # ------------
-# Against the product in float64: a single element, ragged sizes, ``K``
-# shorter than one step and longer than several, and ``B`` as the transpose of
-# a stored ``(N, K)`` matrix.  On a GPU, where each new shape compiles, the
-# check runs in bf16 (float32 would run on the tensor cores as TF32, with 10
-# bits of mantissa); the interpreter gets bf16 wrong and checks float32 and
-# float16.
+# Against the product in float64: a single element, ragged sizes, ``K`` shorter than
+# one step and longer than several, and ``B`` as the transpose of a stored ``(N, K)``
+# matrix.  On a GPU, where each new shape compiles, the check runs in bf16 (float32
+# would run on the tensor cores as TF32, with 10 bits of mantissa); the interpreter
+# gets bf16 wrong and checks float32 and float16.
 
 BF16, FP32, FP16 = torch.bfloat16, torch.float32, torch.float16
 CASES = tilebook.pick(  # (M, N, K, dtype)
@@ -391,10 +389,9 @@ say(
 )
 
 # %%
-# The autotuned kernel is the lesson's kernel wrapped.  This page does not run
-# the search at a large size (compiling and timing every configuration costs
-# more than the page's time budget): at a small size the pruner leaves one and
-# nothing is timed.
+# The autotuned kernel is the lesson's kernel wrapped.  This page does not run the
+# search at a large size (compiling and timing every configuration costs more than the
+# page's time budget): at a small size the pruner leaves one and nothing is timed.
 
 
 def tile_of(cfg):
@@ -430,23 +427,21 @@ say(
 # %%
 # The Hopper path: tensor descriptors and a resident grid
 # -------------------------------------------------------
-# The kernel above makes every thread compute addresses and copy its share into
-# shared memory.  Hopper's copy engine moves a whole tile with one
-# instruction: a *tensor descriptor* holds a matrix's base, shape, strides and
-# tile shape, and ``desc.load([r, c])`` asks for the tile at row ``r``, column
-# ``c``.  It fills what lies past the edges with zeros (no masks) and wants
-# rows aligned to 16 bytes: the package takes this path for 16-bit operands
-# that have them.
+# The kernel above makes every thread compute addresses and copy its share into shared
+# memory.  Hopper's copy engine moves a whole tile with one instruction: a *tensor
+# descriptor* holds a matrix's base, shape, strides and tile shape, and
+# ``desc.load([r, c])`` asks for the tile at row ``r``, column ``c``.  It fills what
+# lies past the edges with zeros (no masks) and wants rows aligned to 16 bytes: the
+# package takes this path for 16-bit operands that have them.
 #
-# The second change is the grid: as many programs as run at once
-# (``CTAS_PER_SM`` per SM), each looping over tiles ``start, start + step, ...``
-# in ``tile_coords`` order.  No launch per tile, and the loads of a program's
-# next tile can start while it finishes the current one (``FLATTEN`` lets the
-# compiler pipeline across tiles, not only along ``K``).  ``A_T`` and ``B_T``
-# mark an operand stored transposed: its descriptor describes the transpose,
-# which *is* row-major, and the loaded tile is flipped with ``.T``.
-# ``SPLIT_N`` finishes the tile in two halves of columns, with fewer registers
-# live in the epilogue, which is lesson 08's, imported from
+# The second change is the grid: as many programs as run at once (``CTAS_PER_SM`` per
+# SM), each looping over tiles ``start, start + step, ...`` in ``tile_coords`` order.
+# No launch per tile, and the loads of a program's next tile can start while it
+# finishes the current one (``FLATTEN`` lets the compiler pipeline across tiles, not
+# only along ``K``).  ``A_T`` and ``B_T`` mark an operand stored transposed: its
+# descriptor describes the transpose, which *is* row-major, and the loaded tile is
+# flipped with ``.T``.  ``SPLIT_N`` finishes the tile in two halves of columns, with
+# fewer registers live in the epilogue, which is lesson 08's, imported from
 # :mod:`tilebook.ops.epilogue`.  The package's kernel, in full:
 
 
@@ -709,8 +704,17 @@ claims_layer
 #
 #    .. dropdown:: Solution
 #
-#       Without the hint that sizes and strides are multiples of 16, the
-#       compiler cannot prove a row's start aligned: the tiles are fetched by
-#       2-byte loads into registers instead of 16-byte ``LDGSTS`` into shared
-#       memory, with no pipeline.  Padding ``K`` and ``N`` to multiples of 16
-#       with zeros gets the fast path back.
+#       Without the hint that sizes and strides are multiples of 16, the compiler
+#       cannot prove a row's start aligned: the tiles are fetched by 2-byte loads into
+#       registers instead of 16-byte ``LDGSTS`` into shared memory, with no pipeline.
+#       Padding ``K`` and ``N`` to multiples of 16 with zeros gets the fast path back.
+#
+# 3. Drop the ``K`` mask from both loads of ``tiled_matmul_kernel``.  Which shapes go
+#    wrong, and how?  ``check(matmul, lambda a, b: a @ b, [experiment.operands(37, 53,
+#    k, FP16, DEVICE) for k in (29, 128)])`` (``from tilebook.exercises import check``).
+#
+#    .. dropdown:: Solution
+#
+#       Where ``K`` is not a multiple of ``BLOCK_K``, the last step reads past each
+#       row of ``A`` and past the end of ``B``: the checker's poison there makes
+#       every element NaN.  ``K = 128`` passes: round sizes never show the bug.
