@@ -1077,6 +1077,8 @@ def layer_norm(
     eps
         Positive number added to the variance, for stability.
 
+    Notes
+    -----
     Inside ``torch.compile`` the call is the operator ``torch.ops.tilebook.layer_norm``
     (:mod:`tilebook.ops.library`): no graph break, and Inductor sees the kernels.
 

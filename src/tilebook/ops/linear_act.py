@@ -272,6 +272,8 @@ def linear_act(
     impl
         ``"auto"``, ``"tma"`` or ``"pointer"``; see :func:`tilebook.ops.matmul.fused_matmul`.
 
+    Notes
+    -----
     Differentiable with respect to ``x``, ``weight`` and ``bias`` (the backward
     recomputes the pre-activation with one extra GEMM; see the module docstring).
     Inside ``torch.compile`` the call is an operator of ``torch.ops.tilebook``

@@ -566,6 +566,8 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         copied with that dimension last, and the result is returned as a permuted
         view of a contiguous buffer.
 
+    Notes
+    -----
     Inside ``torch.compile`` the call is the operator ``torch.ops.tilebook.softmax``
     (:mod:`tilebook.ops.library`): no graph break, and Inductor sees the kernels.
 
