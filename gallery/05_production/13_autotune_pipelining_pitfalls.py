@@ -1,6 +1,6 @@
 """
-13. autotune_pipelining_pitfalls: tuning a kernel and what goes wrong
-=====================================================================
+13. Autotune, pipelining and pitfalls: tuning a kernel, and what goes wrong
+===========================================================================
 
 Lesson 09 let ``triton.autotune`` pick a matmul's tile and stopped there.  A
 kernel that reaches production meets the rest: the autotuner's hooks and its
@@ -61,8 +61,8 @@ from tilebook.widgets_pipeline import PipelineExplorer
 
 print(tilebook.banner())
 DEVICE = tilebook.device()
-GPU = tilebook.is_gpu()
 torch.manual_seed(0)
+GPU = tilebook.is_gpu()
 
 # %%
 # The kernel to tune

@@ -482,13 +482,14 @@ table(
 #        --set full -o swiglu python train.py
 #    ncu --import swiglu.ncu-rep --page details
 #
-# What to read: *Memory Throughput* against *DRAM* peak (a memory-bound kernel
-# like this one should be near the copy ceiling); *Compute (:term:`SM`)
-# Throughput*; the *Memory Workload Analysis* (bytes moved between :term:`HBM`,
-# L2 and the SMs, and whether loads are :term:`coalesced`); the
-# :term:`occupancy` section (how many :term:`warps <warp>` each SM holds, and
-# what limits it: :term:`registers <register>` or :term:`shared memory`);
-# *Warp State Statistics* (why warps stall).  ``nsys profile python train.py`` gives the
+# What to read: *Memory Throughput* against *DRAM* peak (a memory-bound
+# kernel like this one should be near the copy ceiling); *Compute Throughput*
+# (how busy the :term:`SMs <SM>` are); the *Memory Workload Analysis* (bytes
+# moved between :term:`HBM`, L2 and the SMs, and whether loads are
+# :term:`coalesced`); the :term:`occupancy` section (how many
+# :term:`warps <warp>` each SM holds, and what limits it:
+# :term:`registers <register>` or :term:`shared memory`); *Warp State
+# Statistics* (why warps stall).  ``nsys profile python train.py`` gives the
 # timeline of the whole program first, to find which kernel to look at.
 #
 # **IR dumps.**  ``TRITON_KERNEL_DUMP=1 TRITON_DUMP_DIR=dump`` writes every
@@ -560,8 +561,8 @@ def leaf(key, choice):
     c = speedup(rec.one(impl=mine, **where), rec.one(impl=other, **where))
     verdict = "good" if c.faster else "slow" if c.slower else "level"
     text = (
-        f"Measured, {NAMES.get(mine, mine)} ran at {c.ratio:.2f} times the speed of "
-        f"{NAMES.get(other, other)}, spread {c.low:.2f} to {c.high:.2f}."
+        f"{NAMES.get(mine, mine)} ran at {c.ratio:.2f} times the speed of "
+        f"{NAMES.get(other, other)}: spread {c.low:.2f} to {c.high:.2f}"
     )
     return Leaf(choice, verdict, text, name, rec.caption())
 
@@ -637,7 +638,7 @@ sq = (
     else None
 )
 claims.check(
-    "The Triton matmul comes within NEAR of cuBLAS at 8192 cubed",
+    f"The Triton matmul is within {NEAR:.2f} of cuBLAS's speed at 8192 cubed",
     sq is not None and within(sq.ratio, 1.0, NEAR),
     sq.evidence("the Triton matmul", "cuBLAS") if sq else "",
 )
