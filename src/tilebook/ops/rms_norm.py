@@ -326,6 +326,13 @@ def rms_norm_bwd_chunked_kernel(
 # few percent of the best was kept only if it followed one simple rule.
 
 
+def _pow2(n: int) -> int:
+    # int(): traced with a symbolic size (torch.compile's dynamic shapes), Triton's
+    # bit-twiddling would build a symbolic expression that takes minutes to simplify;
+    # a block size is a constant of the kernel anyway, so the size is specialised.
+    return triton.next_power_of_2(int(n))
+
+
 def _warps(tile: int, block_n: int) -> int:
     # About 16 values per thread: 16-byte loads, and no spills.  Past 16 warps the
     # block-wide reductions cost more than they save, except where rows are so long
@@ -339,7 +346,7 @@ def _fwd_config(n_cols: int) -> tuple[int, int, int]:
     Short rows are grouped until a program moves about 4096 elements, enough bytes
     in flight per program to keep the memory system busy.
     """
-    block_n = triton.next_power_of_2(n_cols)
+    block_n = _pow2(n_cols)
     rows = min(16, max(1, 4096 // block_n))
     return block_n, rows, _warps(rows * block_n, block_n)
 
@@ -356,7 +363,7 @@ def _bwd_config(n_cols: int) -> tuple[int, int, int, int]:
     :data:`BWD_WARPS_PER_SM` warps per SM: small programs come several to an SM,
     large ones one.
     """
-    block_n = triton.next_power_of_2(n_cols)
+    block_n = _pow2(n_cols)
     rows = min(8, max(1, 2048 // block_n))
     warps = _warps(rows * block_n, block_n)
     return block_n, rows, warps, max(1, BWD_WARPS_PER_SM // warps)
@@ -401,14 +408,14 @@ FWD_CHUNKED_PROGRAMS_PER_SM = 1
 
 def _fwd_chunked_config(n_cols: int) -> tuple[int, int, int]:
     """(BLOCK_N, num_warps, programs per SM) for :func:`rms_norm_fwd_chunked_kernel`."""
-    block_n = min(CHUNK_FWD, triton.next_power_of_2(n_cols))
+    block_n = min(CHUNK_FWD, _pow2(n_cols))
     return block_n, max(1, min(32, block_n // 1024)), FWD_CHUNKED_PROGRAMS_PER_SM
 
 
 def _bwd_chunked_config(n_cols: int) -> tuple[int, int, int, int]:
     """(BLOCK_N, rows per loop step, num_warps, programs per SM) for
     :func:`rms_norm_bwd_chunked_kernel`: the short-row rules for rows of one chunk."""
-    return _bwd_config(min(CHUNK_BWD, triton.next_power_of_2(n_cols)))
+    return _bwd_config(min(CHUNK_BWD, _pow2(n_cols)))
 
 
 def _check_config(rows: int, num_warps: int) -> None:
@@ -564,7 +571,7 @@ def _launch_bwd_chunked(dy, x, weight, rstd, dx, rows, warps, per_sm, chunk, run
         rms_norm_bwd_chunked_kernel, (n_chunks, n_splits),
         dy, x, weight, rstd, dots, dx, dw_partial, n_rows, n_cols, n_chunks,
         dy.stride(0), x.stride(0), dx.stride(0),
-        BLOCK_N=block_n, ROWS=rows, DOTS=triton.next_power_of_2(n_chunks), num_warps=warps,
+        BLOCK_N=block_n, ROWS=rows, DOTS=_pow2(n_chunks), num_warps=warps,
     )  # fmt: skip
     return dw_partial.sum(dim=0).to(weight.dtype)
 
@@ -782,6 +789,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     eps
         Positive number added to the mean square, for stability.
 
+    Notes
+    -----
     Inside ``torch.compile`` the call is the operator ``torch.ops.tilebook.rms_norm``
     (:mod:`tilebook.ops.library`): no graph break, and Inductor sees the kernels.
 
