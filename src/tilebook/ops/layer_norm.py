@@ -903,7 +903,8 @@ def _check_eps(eps: object) -> float:
     if isinstance(eps, bool) or not isinstance(eps, (float, int)):
         raise TypeError(f"layer_norm: eps must be a float, got {type(eps).__name__}")
     eps = float(eps)
-    if not (eps > 0 and math.isfinite(eps)):
+    # Comparisons, not math.isfinite: torch.compile traces them when eps is symbolic.
+    if not 0 < eps < math.inf:
         raise ValueError(f"layer_norm: eps must be a positive finite number, got {eps!r}")
     return eps
 
