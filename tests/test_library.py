@@ -1,0 +1,470 @@
+"""Every public op as a ``torch.library`` operator: ``torch.compile(fullgraph=True)``
+traces it with no graph break, and gives eager's outputs and gradients.
+
+On CPU the operators run Triton's interpreter under ``backend="aot_eager"`` (every
+operator is a ``custom_op`` there: see :mod:`tilebook.ops.library`); the graphs are
+read to check that the ``tilebook`` operators, forward and backward, are in them.
+``torch.library.opcheck`` checks each operator's schema, fake implementation and
+autograd registration.  The Inductor tests (the default backend, where Inductor
+launches the traced kernels itself) need a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable
+
+import pytest
+import torch
+from torch._dynamo.backends.common import aot_autograd
+from torch._dynamo.testing import CompileCounterWithBackend
+from torch._functorch.aot_autograd import make_boxed_func
+
+import tilebook
+from tilebook.ops import library
+
+PUBLIC_OPS = (
+    "vector_add",
+    "linear_act",
+    "matmul",
+    "softmax",
+    "rms_norm",
+    "layer_norm",
+    "dropout",
+    "flash_attention",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """A small function of a public op, its inputs, and the operators its compiled
+    forward and backward graphs must call."""
+
+    name: str
+    fn: Callable
+    make: Callable  # (device, dtype) -> tuple of inputs
+    forward_ops: tuple[str, ...]
+    backward_ops: tuple[str, ...] = ()
+
+
+def _t(*shape, device, dtype, grad=True, scale=1.0):
+    return (
+        (scale * torch.randn(shape, device=device, dtype=torch.float32))
+        .to(dtype)
+        .requires_grad_(grad)
+    )
+
+
+def _near_one(n, device, dtype):
+    return (1 + 0.5 * torch.randn(n, device=device)).to(dtype).requires_grad_()
+
+
+CASES = [
+    Case(
+        "vector_add",
+        lambda x, y: tilebook.vector_add(x, y) * 3,
+        lambda d, t: (_t(37, device=d, dtype=t), _t(37, device=d, dtype=t)),
+        ("vector_add",),
+    ),
+    Case(
+        "matmul",
+        lambda a, b: tilebook.matmul(a, b).tanh(),
+        lambda d, t: (_t(9, 16, device=d, dtype=t), _t(16, 12, device=d, dtype=t)),
+        ("fused_matmul",),
+        ("fused_matmul",),
+    ),
+    Case(
+        "linear_act gelu",
+        lambda x, w, b: tilebook.linear_act(x, w, b, "gelu"),
+        lambda d, t: (
+            _t(2, 5, 16, device=d, dtype=t),
+            _t(12, 16, device=d, dtype=t, scale=0.25),
+            _t(12, device=d, dtype=t),
+        ),
+        ("fused_matmul",),
+        ("act_grad", "fused_matmul"),
+    ),
+    Case(
+        "linear_act relu",
+        lambda x, w: tilebook.linear_act(x, w, None, "relu"),
+        lambda d, t: (_t(7, 16, device=d, dtype=t), _t(12, 16, device=d, dtype=t, scale=0.25)),
+        ("fused_matmul",),
+        ("act_grad", "fused_matmul"),
+    ),
+    Case(
+        "softmax",
+        lambda x: tilebook.softmax(x, dim=1) * 2,  # not the last dim: moved and back
+        lambda d, t: (_t(3, 5, 7, device=d, dtype=t),),
+        ("softmax",),
+        ("softmax_backward",),
+    ),
+    Case(
+        "rms_norm",
+        lambda x, w: tilebook.rms_norm(x, w, 1e-6) + 1,
+        lambda d, t: (_t(2, 3, 32, device=d, dtype=t), _near_one(32, d, t)),
+        ("rms_norm",),
+        ("rms_norm_backward",),
+    ),
+    Case(
+        "layer_norm",
+        lambda x, w, b: tilebook.layer_norm(x, w, b, 1e-5) + 1,
+        lambda d, t: (_t(6, 32, device=d, dtype=t), _near_one(32, d, t), _t(32, device=d, dtype=t)),
+        ("layer_norm",),
+        ("layer_norm_backward",),
+    ),
+    Case(
+        "layer_norm no params",
+        lambda x: tilebook.layer_norm(x) * 2,
+        lambda d, t: (_t(3, 4, 24, device=d, dtype=t),),
+        ("layer_norm",),
+        ("layer_norm_backward",),
+    ),
+    Case(
+        "dropout seeded",
+        lambda x: tilebook.dropout(x, 0.3, seed=1234) * 2,
+        lambda d, t: (_t(4, 50, device=d, dtype=t),),
+        ("dropout",),
+        ("dropout",),
+    ),
+    Case(
+        "dropout drawn seed",
+        lambda x: tilebook.dropout(x, 0.5) + 1,
+        lambda d, t: (_t(4, 50, device=d, dtype=t),),
+        ("dropout_drawn",),
+        ("dropout_drawn",),
+    ),
+    Case(
+        "flash_attention",
+        lambda q, k, v: tilebook.flash_attention(q, k, v, causal=True),
+        lambda d, t: tuple(_t(1, 2, 16, 32, device=d, dtype=t) for _ in range(3)),
+        ("flash_attention",),
+        ("flash_attention_backward",),
+    ),
+]
+IDS = [c.name for c in CASES]
+
+
+def _clone(args):
+    return tuple(a.detach().clone().requires_grad_(a.requires_grad) for a in args)
+
+
+def _run(fn, args, seed=7):
+    """Output and the gradients of ``(out * g).sum()`` for every input, from ``seed``."""
+    args = _clone(args)
+    torch.manual_seed(seed)
+    out = fn(*args)
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(out)
+    grads = torch.autograd.grad((out * g).sum(), args)
+    return out.detach(), grads
+
+
+def _ops_in(gm: torch.fx.GraphModule) -> set[str]:
+    """The ``tilebook`` operators a graph calls, by name."""
+    names = set()
+    for node in gm.graph.nodes:
+        target = node.target
+        if node.op == "call_function" and getattr(target, "namespace", None) == library.NAMESPACE:
+            names.add(target.name().split("::")[1].split(".")[0])
+    return names
+
+
+def test_every_public_op_has_operators():
+    names = {q.split("::")[1] for q in library.registered()}
+    for op in PUBLIC_OPS:
+        assert any(c.name.startswith(op) for c in CASES), op
+    covered = {n for c in CASES for n in c.forward_ops + c.backward_ops}
+    assert covered <= names
+    # fused_matmul_eager is the Hopper path (opaque): a GPU takes it, not the interpreter.
+    assert names - covered == {"fused_matmul_eager"}
+    for name in names:
+        assert hasattr(torch.ops.tilebook, name)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_compiled_matches_eager_on_cpu(case):
+    """aot_eager, fullgraph: eager's outputs and gradients; one frame compiled; the
+    graph calls the operators forward and backward."""
+    torch._dynamo.reset()
+    args = case.make("cpu", torch.float32)
+    ref_out, ref_grads = _run(case.fn, args)
+
+    counter = CompileCounterWithBackend("aot_eager")
+    out, grads = _run(torch.compile(case.fn, backend=counter, fullgraph=True), args)
+    assert counter.frame_count == 1
+    torch.testing.assert_close(out, ref_out)
+    for g, r in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(g, r)
+
+    explained = torch._dynamo.explain(case.fn)(*_clone(args))
+    assert explained.graph_break_count == 0
+    assert explained.graph_count == 1
+
+    graphs = {"fw": [], "bw": []}
+
+    def keep(kind):
+        def compiler(gm, example_inputs):
+            graphs[kind].append(gm)
+            return make_boxed_func(gm.forward)
+
+        return compiler
+
+    torch._dynamo.reset()
+    traced = torch.compile(
+        case.fn,
+        backend=aot_autograd(fw_compiler=keep("fw"), bw_compiler=keep("bw")),
+        fullgraph=True,
+    )
+    _run(traced, args)
+    assert set(case.forward_ops) <= set().union(*map(_ops_in, graphs["fw"]))
+    assert set(case.backward_ops) <= set().union(*map(_ops_in, graphs["bw"]))
+
+
+@pytest.mark.parametrize("case", CASES[:8], ids=IDS[:8])
+def test_dynamic_shapes_compile(case):
+    """``dynamic=True``: the bodies see symbolic sizes (a block size computed from one
+    used to take minutes to simplify); eager's outputs."""
+    torch._dynamo.reset()
+    args = case.make("cpu", torch.float32)
+    compiled = torch.compile(case.fn, backend="aot_eager", fullgraph=True, dynamic=True)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(*args), case.fn(*args))
+
+
+def test_compiled_dropout_draws_from_torch_generator():
+    """Without ``seed=``, a compiled dropout draws as eager does: the same mask after
+    the same ``torch.manual_seed``, another one after another."""
+    torch._dynamo.reset()
+    x = torch.randn(64, 64)
+    f = torch.compile(lambda x: tilebook.dropout(x, 0.5), backend="aot_eager", fullgraph=True)
+    torch.manual_seed(3)
+    eager = tilebook.dropout(x, 0.5)
+    torch.manual_seed(3)
+    first = f(x)
+    torch.testing.assert_close(first, eager)
+    second = f(x)
+    assert not torch.equal(first == 0, second == 0)
+
+
+def test_compiled_vector_add_out():
+    torch._dynamo.reset()
+    x, y = torch.randn(33), torch.randn(33)
+
+    def f(x, y, out):
+        return tilebook.vector_add(x, y, out=out) * 2
+
+    out = torch.empty(33)
+    res = torch.compile(f, backend="aot_eager", fullgraph=True)(x, y, out)
+    torch.testing.assert_close(out, x + y)
+    torch.testing.assert_close(res, 2 * (x + y))
+
+
+# (the call, the error class, a piece of the message eager gives)
+BAD_CALLS = [
+    (lambda x: tilebook.rms_norm(x, torch.ones(5)), ValueError, "weight must have shape"),
+    (lambda x: tilebook.layer_norm(x, None, None, -1.0), ValueError, "eps"),
+    (lambda x: tilebook.softmax(x.to(torch.int32)), TypeError, "softmax: x"),
+    (lambda x: tilebook.vector_add(x, x[:, :3]), ValueError, "vector_add"),
+    (lambda x: tilebook.matmul(x, x), ValueError, "matmul"),
+    (lambda x: tilebook.linear_act(x, x, None, "swish"), ValueError, "activation"),
+    (lambda x: tilebook.dropout(x, 1.5), ValueError, "dropout: p"),
+    (lambda x: tilebook.flash_attention(x, x, x), ValueError, "flash_attention"),
+]
+BAD_IDS = ["rms_norm", "layer_norm", "softmax", "vector_add", "matmul", "linear_act", "dropout",
+           "flash_attention"]  # fmt: skip
+
+
+@pytest.mark.parametrize(("call", "error", "message"), BAD_CALLS, ids=BAD_IDS)
+def test_bad_input_gets_the_clear_error_inside_compile(call, error, message):
+    """The checks run in the traced code: a compiled call raises eager's error (with
+    fullgraph=True Dynamo reports it as an observed exception, quoting it whole)."""
+    x = torch.randn(4, 8)
+    with pytest.raises(error, match=message) as eager:
+        call(x)
+    torch._dynamo.reset()
+    with pytest.raises(error) as compiled:
+        torch.compile(call, backend="aot_eager")(x)
+    assert str(compiled.value) == str(eager.value)
+    torch._dynamo.reset()
+    with pytest.raises(torch._dynamo.exc.Unsupported) as full:
+        torch.compile(call, backend="aot_eager", fullgraph=True)(x)
+    assert repr(eager.value) in str(full.value)
+
+
+CAUSAL_16 = (32, 0, True)  # the mask operands of causal=True for 16 queries and 16 keys
+
+
+def _opcheck_samples():
+    """Inputs for every operator (tiny: opcheck runs each several times)."""
+    r = lambda *s, grad=True: torch.randn(*s).requires_grad_(grad)
+    x, w = r(4, 16), 1 + 0.1 * r(16)
+    _, rstd = torch.ops.tilebook.rms_norm(x.detach(), w.detach(), 1e-6)
+    _, stats = torch.ops.tilebook.layer_norm(x.detach(), w.detach(), w.detach(), 1e-5)
+    q = r(1, 2, 16, 32)
+    o, lse = torch.ops.tilebook.flash_attention(
+        q.detach(), q.detach(), q.detach(), None, 0.2, *CAUSAL_16
+    )
+    sm = torch.softmax(x.detach(), -1)
+    return {
+        "vector_add": (r(37), r(37), None, None),
+        "fused_matmul": (r(5, 16), r(16, 7), r(7), "gelu"),
+        "fused_matmul_eager": (r(5, 16), r(16, 7), None, "relu", "auto"),
+        "act_grad": (r(5, 7, grad=False), r(5, 7, grad=False), "gelu"),
+        "softmax": (r(4, 16),),
+        "softmax_backward": (sm, r(4, 16, grad=False)),
+        "rms_norm": (x, w, 1e-6),
+        "rms_norm_backward": (r(4, 16, grad=False), x.detach(), w.detach(), rstd),
+        "layer_norm": (x, w, r(16), 1e-5),
+        "layer_norm_backward": (r(4, 16, grad=False), x.detach(), w.detach(), stats, True, True),
+        "dropout": (r(4, 16), 0.25, 99),
+        "dropout_drawn": (r(4, 16), 0.25, torch.tensor(99)),
+        "flash_attention": (q, r(1, 2, 16, 32), r(1, 2, 16, 32), None, 0.2, *CAUSAL_16),
+        "flash_attention_backward": (
+            r(1, 2, 16, 32, grad=False),
+            q.detach(),
+            q.detach(),
+            q.detach(),
+            o,
+            lse,
+            None,
+            0.2,
+            *CAUSAL_16,
+        ),
+    }
+
+
+SAMPLES = _opcheck_samples()
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_opcheck(name):
+    assert f"{library.NAMESPACE}::{name}" in library.registered()
+    op = getattr(torch.ops.tilebook, name).default
+    torch.library.opcheck(op, SAMPLES[name])
+
+
+# ----------------------------------------------------- the traced bodies, without a GPU
+
+# In TILEBOOK_MODE=aot the kernels are real JITFunctions and the operators triton_ops,
+# as on a GPU: their bodies trace through wrap_triton on "meta" tensors.  With no
+# driver, PyTorch cannot read a kernel's IR to see what it writes and assumes every
+# input is written, which the partitioner accepts only with
+# keep_inference_input_mutations (aot_eager's setting).
+_TRACE_SCRIPT = r"""
+import json, sys
+import torch, tilebook
+from tilebook.ops import library
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.aot_autograd import make_boxed_func
+from torch._functorch.partitioners import min_cut_rematerialization_partition
+from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+
+assert library.TRACEABLE
+graphs = []
+def keep(gm, example_inputs):
+    graphs.append(gm)
+    return make_boxed_func(gm.forward)
+backend = aot_autograd(fw_compiler=keep, bw_compiler=keep, keep_inference_input_mutations=True,
+                       partition_fn=min_cut_rematerialization_partition)
+T = torch.ops.tilebook
+r = lambda *s: torch.randn(*s, device="meta", dtype=torch.float16, requires_grad=True)
+cases = {
+    "vector_add": (lambda x, y: T.vector_add(x, y, None, None), r(4096), r(4096)),
+    "fused_matmul": (lambda a, b, c: T.fused_matmul(a, b, c, "gelu"), r(256, 128), r(128, 64), r(64)),
+    "softmax": (lambda x: T.softmax(x), r(64, 4096)),
+    "softmax online": (lambda x: T.softmax(x), r(8, 131072)),
+    "rms_norm": (lambda x, w: T.rms_norm(x, w, 1e-6)[0], r(64, 4096), r(4096)),
+    "rms_norm chunked": (lambda x, w: T.rms_norm(x, w, 1e-6)[0], r(8, 65536), r(65536)),
+    "layer_norm": (lambda x, w, b: T.layer_norm(x, w, b, 1e-5)[0], r(64, 4096), r(4096), r(4096)),
+    "layer_norm chunked": (lambda x, w, b: T.layer_norm(x, w, b, 1e-5)[0], r(8, 65536), r(65536), r(65536)),
+    "dropout": (lambda x: T.dropout(x, 0.1, 5), r(4096)),
+}
+found = {}
+for name, (fn, *args) in cases.items():
+    graphs.clear()
+    torch._dynamo.reset()
+    torch.compile(fn, backend=backend, fullgraph=True)(*args).sum().backward()
+    found[name] = sorted(
+        getattr(kernel_side_table.get_kernel(n.kwargs["kernel_idx"]), "fn").__name__
+        for g in graphs for n in g.graph.nodes if "triton_kernel_wrapper" in str(n.target)
+    )
+print("KERNELS=" + json.dumps(found))
+"""
+
+TRACED_KERNELS = {
+    "vector_add": ["add_kernel"],
+    # forward; backward: the pre-activation again, GELU's derivative, dA and dB
+    "fused_matmul": ["act_grad_kernel"] + ["matmul_kernel"] * 4,
+    "softmax": ["softmax_bwd_kernel", "softmax_fwd_kernel"],
+    "softmax online": ["softmax_bwd_online_kernel", "softmax_fwd_online_kernel"],
+    "rms_norm": ["rms_norm_bwd_kernel", "rms_norm_fwd_kernel"],
+    "rms_norm chunked": [
+        "rms_norm_bwd_chunked_kernel",
+        "rms_norm_bwd_dot_kernel",
+        "rms_norm_fwd_chunked_kernel",
+    ],
+    "layer_norm": [
+        "layer_norm_bwd_kernel",
+        "layer_norm_fwd_kernel",
+        "layer_norm_sum_partials_kernel",
+    ],
+    "layer_norm chunked": [
+        "layer_norm_bwd_chunked_kernel",
+        "layer_norm_bwd_dot_kernel",
+        "layer_norm_fwd_chunked_kernel",
+        "layer_norm_sum_partials_kernel",
+    ],
+    "dropout": ["dropout_kernel", "dropout_kernel"],
+}
+
+
+def test_traceable_operators_trace_their_kernels_without_a_gpu():
+    """The GPU's operators (triton_op + wrap_triton), traced forward and backward on
+    meta tensors in compile-only mode: each graph launches the kernels an eager call
+    would, as Triton kernels that Inductor would compile itself."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TILEBOOK_MODE"] = "aot"
+    proc = subprocess.run(
+        [sys.executable, "-c", _TRACE_SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("KERNELS="))
+    assert json.loads(line.removeprefix("KERNELS=")) == TRACED_KERNELS
+
+
+# --------------------------------------------------------------------------- GPU: Inductor
+
+
+def _gpu_close(a, b):
+    # Inductor may pick another autotuned matmul configuration than eager: 16-bit rounding.
+    torch.testing.assert_close(a, b, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_inductor_matches_eager_on_gpu(case, dtype):
+    torch._dynamo.reset()
+    # Inductor would otherwise draw dropout's seed from its own generator, not torch's.
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch._inductor.config.patch(fallback_random=True))
+    args = case.make("cuda", dtype)
+    ref_out, ref_grads = _run(case.fn, args)
+    counter = CompileCounterWithBackend("inductor")
+    out, grads = _run(torch.compile(case.fn, backend=counter, fullgraph=True), args)
+    assert counter.frame_count == 1
+    _gpu_close(out, ref_out)
+    for g, r in zip(grads, ref_grads, strict=True):
+        _gpu_close(g, r)
+    assert torch._dynamo.explain(case.fn)(*_clone(args)).graph_break_count == 0
+    stack.close()
