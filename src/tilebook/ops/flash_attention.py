@@ -1016,7 +1016,9 @@ def compile_ahead(
     registers, spills).  ``dtype`` is Triton's name ("bf16", "fp16")."""
     from ..aot import compile_kernel
 
-    return compile_kernel(**_ahead_job(kernel, config, head_dim, dtype, band, documents, arch))
+    job = _ahead_job(kernel, config, head_dim, dtype, band, documents, arch)
+    # kernel, signature and constexprs by position, as compile_kernel's callers pass them
+    return compile_kernel(job.pop("kernel"), job.pop("signature"), job.pop("constexprs"), **job)
 
 
 def _ahead_job(kernel, config, head_dim, dtype, band, documents, arch) -> dict:

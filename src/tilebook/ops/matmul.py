@@ -612,7 +612,8 @@ def compile_ahead(
     from ..aot import compile_kernel
 
     job = _ahead_job(kernel, config, dtype, a_t, b_t, activation, has_bias, arch)
-    return compile_kernel(**job)
+    # kernel, signature and constexprs by position, as compile_kernel's callers pass them
+    return compile_kernel(job.pop("kernel"), job.pop("signature"), job.pop("constexprs"), **job)
 
 
 def _ahead_job(kernel, config, dtype, a_t, b_t, activation, has_bias, arch) -> dict:
