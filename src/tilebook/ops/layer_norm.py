@@ -636,9 +636,10 @@ def launch_layer_norm_bwd(
     return _launch_bwd(plan, dy, x, weight, stats)[:3]
 
 
-def _launch_bwd(plan, dy, x, weight, stats, run=launch) -> tuple:
+def _launch_bwd(plan, dy, x, weight, stats, run=None) -> tuple:
     """Run ``plan``, each kernel started by ``run``; returns every buffer of
     :func:`_bwd_buffers`, filled."""
+    run = run or launch  # looked up at the call, so a test's stand-in for launch is seen
     out = _bwd_buffers(plan, x)
     if x.numel() == 0:
         dx, dw, db = out[:3]
