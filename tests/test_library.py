@@ -11,7 +11,6 @@ launches the traced kernels itself) need a GPU.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections.abc import Callable
 
@@ -454,17 +453,18 @@ def _gpu_close(a, b):
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_inductor_matches_eager_on_gpu(case, dtype):
+    """Inductor, fullgraph: eager's outputs and gradients, one frame, no graph break."""
+    import torch._inductor.config as inductor_config
+
     torch._dynamo.reset()
-    # Inductor would otherwise draw dropout's seed from its own generator, not torch's.
-    stack = contextlib.ExitStack()
-    stack.enter_context(torch._inductor.config.patch(fallback_random=True))
     args = case.make("cuda", dtype)
-    ref_out, ref_grads = _run(case.fn, args)
-    counter = CompileCounterWithBackend("inductor")
-    out, grads = _run(torch.compile(case.fn, backend=counter, fullgraph=True), args)
-    assert counter.frame_count == 1
-    _gpu_close(out, ref_out)
-    for g, r in zip(grads, ref_grads, strict=True):
-        _gpu_close(g, r)
-    assert torch._dynamo.explain(case.fn)(*_clone(args)).graph_break_count == 0
-    stack.close()
+    # Inductor would otherwise draw dropout's seed from its own generator, not torch's.
+    with inductor_config.patch(fallback_random=True):
+        ref_out, ref_grads = _run(case.fn, args)
+        counter = CompileCounterWithBackend("inductor")
+        out, grads = _run(torch.compile(case.fn, backend=counter, fullgraph=True), args)
+        assert counter.frame_count == 1
+        _gpu_close(out, ref_out)
+        for g, r in zip(grads, ref_grads, strict=True):
+            _gpu_close(g, r)
+        assert torch._dynamo.explain(case.fn)(*_clone(args)).graph_break_count == 0
