@@ -373,9 +373,9 @@ else:
 shown
 
 # %%
-# At the smallest lengths none of the three comes near the copy line: a few
-# hundred kilobytes take less time to move than it takes to launch kernels and
-# run the Python around them.
+# Why the smallest lengths stay far below the copy line (the last check above,
+# on a GPU's data): a few hundred kilobytes take less time to move than it
+# takes to launch kernels and run the Python around them.
 #
 # What torch.compile writes
 # -------------------------
