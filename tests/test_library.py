@@ -295,7 +295,8 @@ CAUSAL_16 = (32, 0, True)  # the mask operands of causal=True for 16 queries and
 
 def _opcheck_samples():
     """Inputs for every operator (tiny: opcheck runs each several times)."""
-    r = lambda *s, grad=True: torch.randn(*s).requires_grad_(grad)
+    dev = tilebook.device()
+    r = lambda *s, grad=True: torch.randn(*s, device=dev).requires_grad_(grad)
     x, w = r(4, 16), 1 + 0.1 * r(16)
     _, rstd = torch.ops.tilebook.rms_norm(x.detach(), w.detach(), 1e-6)
     _, stats = torch.ops.tilebook.layer_norm(x.detach(), w.detach(), w.detach(), 1e-5)
@@ -468,3 +469,14 @@ def test_inductor_matches_eager_on_gpu(case, dtype):
         for g, r in zip(grads, ref_grads, strict=True):
             _gpu_close(g, r)
         assert torch._dynamo.explain(case.fn)(*_clone(args)).graph_break_count == 0
+
+
+@pytest.mark.gpu
+def test_an_operator_called_with_cpu_tensors_says_so():
+    """torch.ops.tilebook.* skips the public functions' checks; the launch checks the
+    devices itself instead of leaving Triton's "cpu tensor?" to the user."""
+    x, w = torch.randn(4, 16), torch.ones(16)
+    with pytest.raises(ValueError, match="runs on CUDA tensors only; its inputs are on cpu"):
+        torch.ops.tilebook.rms_norm(x, w, 1e-6)
+    with pytest.raises(ValueError, match="cpu, cuda:0"):
+        torch.ops.tilebook.rms_norm(x.cuda(), w, 1e-6)

@@ -102,6 +102,21 @@ def _first_tensor(args: tuple) -> torch.Tensor | None:
     return None
 
 
+def _check_devices(kernel, args: tuple) -> None:
+    """The public ops check their inputs; ``torch.ops.tilebook.*`` called directly
+    skips those checks, and Triton's own message for a CPU tensor ("cannot be
+    accessed from Triton (cpu tensor?)") names neither the operator nor the cure."""
+    devices = {a.device for a in args if isinstance(a, torch.Tensor)}
+    name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "fn", None), "__name__", "")
+    where = f"tilebook kernel {name}" if name else "a tilebook kernel"
+    if any(d.type != "cuda" for d in devices):
+        found = ", ".join(sorted(str(d) for d in devices))
+        raise ValueError(f"{where} runs on CUDA tensors only; its inputs are on {found}")
+    if len(devices) > 1:
+        found = ", ".join(sorted(str(d) for d in devices))
+        raise ValueError(f"{where}: all inputs must be on one GPU; they are on {found}")
+
+
 _RECORDING = threading.local()
 
 
@@ -132,6 +147,8 @@ def launch(kernel, grid: tuple, *args: Any, **meta: Any) -> None:
         return
     wrapped = wrap(kernel)
     if wrapped is kernel:  # a real launch (wrap_triton is off outside a trace)
+        if TRACEABLE:
+            _check_devices(kernel, args)
         with device_guard(_first_tensor(args)):
             kernel[grid](*args, **meta)
     else:
