@@ -296,11 +296,16 @@ CAUSAL_16 = (32, 0, True)  # the mask operands of causal=True for 16 queries and
 def _opcheck_samples():
     """Inputs for every operator (tiny: opcheck runs each several times)."""
     dev = tilebook.device()
-    r = lambda *s, grad=True: torch.randn(*s, device=dev).requires_grad_(grad)
+    r = lambda *s, grad=True, dtype=torch.float32: torch.randn(
+        *s, device=dev, dtype=dtype
+    ).requires_grad_(grad)
     x, w = r(4, 16), 1 + 0.1 * r(16)
     _, rstd = torch.ops.tilebook.rms_norm(x.detach(), w.detach(), 1e-6)
     _, stats = torch.ops.tilebook.layer_norm(x.detach(), w.detach(), w.detach(), 1e-5)
-    q = r(1, 2, 16, 32)
+    # float32 attention runs under the interpreter only; a GPU takes 16-bit.
+    fa_dtype = torch.float16 if dev.type == "cuda" else torch.float32
+    fa = lambda *s, grad=True: r(*s, grad=grad, dtype=fa_dtype)
+    q = fa(1, 2, 16, 32)
     o, lse = torch.ops.tilebook.flash_attention(
         q.detach(), q.detach(), q.detach(), None, 0.2, *CAUSAL_16
     )
@@ -318,9 +323,9 @@ def _opcheck_samples():
         "layer_norm_backward": (r(4, 16, grad=False), x.detach(), w.detach(), stats, True, True),
         "dropout": (r(4, 16), 0.25, 99),
         "dropout_drawn": (r(4, 16), 0.25, torch.tensor(99)),
-        "flash_attention": (q, r(1, 2, 16, 32), r(1, 2, 16, 32), None, 0.2, *CAUSAL_16),
+        "flash_attention": (q, fa(1, 2, 16, 32), fa(1, 2, 16, 32), None, 0.2, *CAUSAL_16),
         "flash_attention_backward": (
-            r(1, 2, 16, 32, grad=False),
+            fa(1, 2, 16, 32, grad=False),
             q.detach(),
             q.detach(),
             q.detach(),
@@ -480,3 +485,6 @@ def test_an_operator_called_with_cpu_tensors_says_so():
         torch.ops.tilebook.rms_norm(x, w, 1e-6)
     with pytest.raises(ValueError, match="cpu, cuda:0"):
         torch.ops.tilebook.rms_norm(x.cuda(), w, 1e-6)
+    q = torch.randn(1, 2, 16, 32, device="cuda")
+    with pytest.raises(ValueError, match="float16 or bfloat16"):
+        torch.ops.tilebook.flash_attention(q, q, q, None, 0.2, *CAUSAL_16)

@@ -480,6 +480,12 @@ def pick_configs(
     """The committed configurations for a call: ``{"fwd", "dkdv", "dq"}`` to KernelConfig."""
     if device.type != "cuda":
         return _INTERPRETER
+    if dtype not in _GPU_DTYPES or head_dim not in HEAD_DIMS:
+        # torch.ops.tilebook.* reaches here without the public function's checks.
+        raise ValueError(
+            f"flash_attention on a GPU takes float16 or bfloat16 with a head dimension "
+            f"in {HEAD_DIMS}; got {dtype} and {head_dim}"
+        )
     major, minor = runtime.capability(device)
     return _configs_for(major * 10 + minor, head_dim, _DTYPE_NAMES[dtype], causal)
 
