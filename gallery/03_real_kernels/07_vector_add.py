@@ -230,14 +230,13 @@ claims.check(
     grows < 2,
     f"{2 ** (small[-1] - small[0])}x the bytes: {grows:.2f}x the time",
 )
-odd = [
-    (a, b) for a in small for b in small if a < b and speedup(ours[b], ours[a]).faster
-]
+t_ours = [ours[e]["median_ms"] for e in small]
+grows_ours = t_ours[-1] / t_ours[0]
 if behind:  # where tilebook trails, check that it is not the kernel's work
     claims.check(
-        "At the smallest sizes tilebook's time does not follow the work",
-        bool(odd),
-        ", ".join(f"2^{b} runs faster than 2^{a}" for a, b in odd),
+        "At the smallest sizes tilebook's time hardly grows with the bytes either",
+        grows_ours < 2,
+        f"{2 ** (small[-1] - small[0])}x the bytes: {grows_ours:.2f}x the time",
     )
 claims
 
@@ -256,22 +255,19 @@ regimes = say(
     lo=1e3 * min(t_torch),
     hi=1e3 * max(t_torch),
 )
-if behind and odd:
-    a, b = odd[0]
+if behind:
     regimes += say(
-        "Below 2^{tie}, torch.add is ahead at {sizes}, and there tilebook's time "
-        "does not follow the work: 2^{b} elements take {tb:.1f} µs, less than "
-        "2^{a} elements ({ta:.1f} µs).  So the difference is not the kernel's "
-        "work.  Most likely it is the Python that runs before each launch "
+        "Below 2^{tie}, torch.add is ahead at {sizes}.  There tilebook's time "
+        "hardly grows with the bytes either ({lo:.1f} to {hi:.1f} µs over the "
+        "smallest sizes), so the difference is not the kernel's work.  Most "
+        "likely it is the Python that runs before each launch "
         "(``tilebook.vector_add`` checks its inputs and goes through the "
         "autotuner and Triton's launcher), which ``do_bench`` times whenever the "
         "GPU waits for it; exercise 4 measures it.",
         tie=tie,
         sizes=", ".join(f"2^{e}" for e in behind),
-        a=a,
-        b=b,
-        ta=1e3 * ours[a]["median_ms"],
-        tb=1e3 * ours[b]["median_ms"],
+        lo=1e3 * min(t_ours),
+        hi=1e3 * max(t_ours),
     )
 regimes
 
