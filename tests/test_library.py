@@ -144,6 +144,15 @@ CASES = [
 IDS = [c.name for c in CASES]
 
 
+DEVICE = tilebook.device()  # the interpreter's CPU, or the GPU in GPU mode
+
+
+def _dtype(case):
+    # float32 attention runs under the interpreter only; a GPU takes 16-bit.
+    gpu_fa = DEVICE.type == "cuda" and case.name.startswith("flash")
+    return torch.float16 if gpu_fa else torch.float32
+
+
 def _clone(args):
     return tuple(a.detach().clone().requires_grad_(a.requires_grad) for a in args)
 
@@ -181,11 +190,11 @@ def test_every_public_op_has_operators():
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_compiled_matches_eager_on_cpu(case):
+def test_compiled_matches_eager(case):
     """aot_eager, fullgraph: eager's outputs and gradients; one frame compiled; the
     graph calls the operators forward and backward."""
     torch._dynamo.reset()
-    args = case.make("cpu", torch.float32)
+    args = case.make(DEVICE, _dtype(case))
     ref_out, ref_grads = _run(case.fn, args)
 
     counter = CompileCounterWithBackend("aot_eager")
@@ -224,7 +233,7 @@ def test_dynamic_shapes_compile(case):
     """``dynamic=True``: the bodies see symbolic sizes (a block size computed from one
     used to take minutes to simplify); eager's outputs."""
     torch._dynamo.reset()
-    args = case.make("cpu", torch.float32)
+    args = case.make(DEVICE, _dtype(case))
     compiled = torch.compile(case.fn, backend="aot_eager", fullgraph=True, dynamic=True)
     with torch.no_grad():
         torch.testing.assert_close(compiled(*args), case.fn(*args))
@@ -234,7 +243,7 @@ def test_compiled_dropout_draws_from_torch_generator():
     """Without ``seed=``, a compiled dropout draws as eager does: the same mask after
     the same ``torch.manual_seed``, another one after another."""
     torch._dynamo.reset()
-    x = torch.randn(64, 64)
+    x = torch.randn(64, 64, device=DEVICE)
     f = torch.compile(lambda x: tilebook.dropout(x, 0.5), backend="aot_eager", fullgraph=True)
     torch.manual_seed(3)
     eager = tilebook.dropout(x, 0.5)
@@ -247,12 +256,12 @@ def test_compiled_dropout_draws_from_torch_generator():
 
 def test_compiled_vector_add_out():
     torch._dynamo.reset()
-    x, y = torch.randn(33), torch.randn(33)
+    x, y = torch.randn(33, device=DEVICE), torch.randn(33, device=DEVICE)
 
     def f(x, y, out):
         return tilebook.vector_add(x, y, out=out) * 2
 
-    out = torch.empty(33)
+    out = torch.empty(33, device=DEVICE)
     res = torch.compile(f, backend="aot_eager", fullgraph=True)(x, y, out)
     torch.testing.assert_close(out, x + y)
     torch.testing.assert_close(res, 2 * (x + y))
@@ -260,7 +269,7 @@ def test_compiled_vector_add_out():
 
 # (the call, the error class, a piece of the message eager gives)
 BAD_CALLS = [
-    (lambda x: tilebook.rms_norm(x, torch.ones(5)), ValueError, "weight must have shape"),
+    (lambda x: tilebook.rms_norm(x, x.new_ones(5)), ValueError, "weight must have shape"),
     (lambda x: tilebook.layer_norm(x, None, None, -1.0), ValueError, "eps"),
     (lambda x: tilebook.softmax(x.to(torch.int32)), TypeError, "softmax: x"),
     (lambda x: tilebook.vector_add(x, x[:, :3]), ValueError, "vector_add"),
@@ -277,7 +286,7 @@ BAD_IDS = ["rms_norm", "layer_norm", "softmax", "vector_add", "matmul", "linear_
 def test_bad_input_gets_the_clear_error_inside_compile(call, error, message):
     """The checks run in the traced code: a compiled call raises eager's error (with
     fullgraph=True Dynamo reports it as an observed exception, quoting it whole)."""
-    x = torch.randn(4, 8)
+    x = torch.randn(4, 8, device=DEVICE)
     with pytest.raises(error, match=message) as eager:
         call(x)
     torch._dynamo.reset()
