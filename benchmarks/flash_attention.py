@@ -72,14 +72,23 @@ def run(quick: bool = False) -> list[dict]:
         raise RuntimeError("benchmarks/flash_attention.py needs a CUDA GPU")
     timing = {**TIMING, "rounds": 3 if quick else 5}
     rows: list[dict] = []
+    start = time.perf_counter()
+
+    def progress(step: str) -> None:
+        # Each step compiles FlexAttention and Triton kernels first: a cold run takes
+        # minutes, and a run cut short should say how far it got.
+        print(f"# {step} done at {time.perf_counter() - start:.0f} s", flush=True)
+
     for d in (128, 64):
         for causal in (False, True):
             rows += experiment.versus(d, causal, n=N, batch=BATCH, heads=HEADS[d], host=True,
                                       **timing)  # fmt: skip
             torch.cuda.empty_cache()
+            progress(f"D={d} {'causal' if causal else 'full'}")
     for kind in ("window", "documents"):
         rows += experiment.masked(kind, n=MASK_N, batch=BATCH, heads=HEADS[128], **timing)
         torch.cuda.empty_cache()
+        progress(kind)
     return _named(rows)
 
 
