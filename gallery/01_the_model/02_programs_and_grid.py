@@ -148,7 +148,10 @@ try:
     stamp_no_constexpr[(1,)](owner, n, BLOCK)
 except TritonError as exc:  # a compile error on a GPU, an interpreter error on a CPU
     lines = str(exc).strip().splitlines()
-    why = next((ln for ln in lines if "constexpr" in ln), lines[-1])
+    # Triton's reason comes last, after the kernel's source (whose name has
+    # "constexpr" in it too).
+    reasons = [ln for ln in lines if "constexpr" in ln and "def " not in ln]
+    why = (reasons or lines)[-1]
     print(type(exc).__name__, "->", why)
 
 # %%
@@ -330,7 +333,9 @@ shown
 # %%
 # The key of each new binary, as Triton wrote it: one entry per argument, a
 # type and a specialisation (``'D'``: divisible by 16), constants as
-# ``('constexpr', value)``.
+# ``('constexpr', value)``.  Options of the launch itself, such as
+# ``num_warps``, are not arguments: they are not in this key, yet a new value
+# compiles a binary of its own, whose row repeats an earlier key.
 
 for r in spec.rows if spec else []:
     if r["new"]:
@@ -471,9 +476,11 @@ if tilebook.is_interpreter():
         where="are the GPU record" if first else "await a run on a GPU",
     )
 else:
+    count = experiment.binaries(scale_kernel)
     shown = say(
-        "In this process ``scale_kernel`` now holds {count} binaries.",
-        count=experiment.binaries(scale_kernel),
+        "In this process ``scale_kernel`` now holds {count} {noun}.",
+        count=count,
+        noun="binary" if count == 1 else "binaries",
     )
 shown
 

@@ -445,6 +445,9 @@ table(
     },
     caption=f"{dot90.caption()} and sm_80",
 )
+
+# %%
+
 say(
     "Other passes changed it too (clean-ups, loop-invariant code motion, "
     "bookkeeping): {others}.",

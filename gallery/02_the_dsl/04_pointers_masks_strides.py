@@ -186,17 +186,16 @@ copy_report.assert_ok()
 # writes contiguously.
 #
 # :func:`tilebook.experiments.memory_access.strides` measures it: the kernel
-# above copies ``experiment.STRIDE_N`` float32 elements read at each stride,
-# all strides in the same interleaved rounds.  GB/s count the bytes the copy
-# needs, one read and one write per element, so what the stride wastes shows
-# as a lower rate.
+# above copies ``experiment.STRIDE_N`` float32 elements read at
+# each stride, all strides in interleaved rounds.  GB/s count the bytes the
+# copy needs, one read and one write each: what the stride wastes shows.
 
 sweep = record_or_measure(
     "lesson04_strides",
     "strided copy, float32: GB/s by stride",
     lambda: experiment.strides(kernel=strided_copy_kernel),
 )
-plot_record(
+fig = plot_record(
     sweep,
     x="stride",
     y="gbps",
@@ -211,7 +210,8 @@ plot_record(
 
 # %%
 # The model beside the measurement (one warp loading one float32 per lane; the
-# rates as a share of the rate at stride one):
+# rates as a share of the rate at stride one).  It counts sectors only; a read
+# that scatters also touches more DRAM rows and pages, so it can measure under.
 
 F32 = torch.float32.itemsize
 by_stride = {r["stride"]: r for r in sweep.rows} if sweep else {}

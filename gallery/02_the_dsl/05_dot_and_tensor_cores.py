@@ -153,7 +153,8 @@ report.assert_ok()
 # T4 (``sm_75``), an A100 (``sm_80``) and an H100 (``sm_90``), for each kind of
 # input, and on the H100 for a few tiles and warp counts.  A
 # setting is named ``inputs -> accumulator``; the table shows the :term:`SASS`
-# instruction the dot became, and how many of them one program runs.
+# instruction the dot became, and how many times it appears in the SASS
+# (the code each warp runs: a program runs it once per warp).
 
 CHOICES = {  # inputs -> accumulator: (Triton type, input_precision, out_dtype)
     "fp16 -> fp32": ("fp16", "tf32", "fp32"),
@@ -548,7 +549,7 @@ else:
         "times the FMA loop's {f:,.0f}.  tf32 runs at {t:.0f} times the loop with "
         "{e:,.0f} times its error.  tf32x3, three products per step plus the work of "
         "splitting its inputs, is {v3} the loop ({t3:.1f} times its rate), with "
-        "{e3:.0f} times its error.",
+        "{e3:.1f} times its error.",
         bf=rows["bf16"]["tflops"],
         x=vs["bf16"].ratio,
         f=rows["fp32 ieee"]["tflops"],

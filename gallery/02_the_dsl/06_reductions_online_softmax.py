@@ -181,7 +181,7 @@ print("lse:", row_lse(big).item(), "float64:", big.double().logsumexp(1).item())
 # %%
 # How a tile reduction becomes instructions
 # -----------------------------------------
-# A program is a number of warps of :datasheet:`cuda.warp_size` threads, and a
+# A program is a number of warps of :datasheet:`cuda.warp_size`, and a
 # tile is spread over all of them: each thread holds a few elements in its
 # :term:`registers <register>`.  The smallest kernel with a ``tl.sum``: each
 # program sums one block of a vector (it returns as the partial sums below).

@@ -237,7 +237,7 @@ class CoalescingExplorer(Widget):
         valid = max(1, min(elements - 1, round(self.tail * elements)))
         a = warp_access(stride, itemsize, per_thread, valid=valid, masked=mask == "on")
         gap = stride * itemsize
-        lanes_past = elements - valid
+        past = elements - valid  # elements, not lanes: a lane may hold several
         if a.past_end:
             verdict = "wrong"
             headline = (
@@ -283,9 +283,9 @@ class CoalescingExplorer(Widget):
                 note = ""
             if stride == 1 and a.efficiency < 1:
                 note += " The last sector is partly used: the tensor ends inside it."
-        if mask == "on" and lanes_past:
+        if mask == "on" and past:
             note = (note + " " if note else "") + (
-                f"The mask switches off the {_plural(lanes_past, 'lane')} past the end: "
+                f"The mask switches off the {_plural(past, 'element')} past the end: "
                 "they fetch nothing."
             )
         return {
