@@ -89,6 +89,10 @@ sphinx_gallery_conf = {
     "within_subsection_order": "FileNameSortKey",
     "download_all_examples": True,
     "capture_repr": ("_repr_html_", "__repr__"),
+    # A cell that ends in a plot call or a kernel launch would otherwise print the
+    # returned object ("<Figure size 770x440 with 1 Axes>"): the figure is shown
+    # anyway, and a launch's handle means nothing to a reader.
+    "ignore_repr_types": r"matplotlib\.(figure|axes|artist|lines|text)|CompiledKernel",
     "image_scrapers": ("matplotlib",),
     "matplotlib_animations": False,
     "remove_config_comments": True,

@@ -119,8 +119,8 @@ def test_every_lesson_shows_its_check_widget_plots_and_downloads(built_site):
         (script,) = ROOT.glob(f"gallery/*/{page.stem}.py")
         draws = re.search(r"plot_record\(|plt\.|\.subplots\(", script.read_text())
         shown = re.search(r"sphx_glr_\w+_\d+\.png", html) or "No GPU" in html
-        if re.search(r"object at 0x[0-9a-f]+", html):
-            missing.append("no stray repr (an 'object at 0x...' in its output)")
+        if re.search(r"object at 0x[0-9a-f]+|&lt;Figure size \d+x\d+", html):
+            missing.append("no stray repr ('object at 0x...' or '<Figure size ...>')")
         if draws and not shown:
             missing.append("a plot (or the message that its record is missing)")
         for suffix in (".py", ".ipynb"):

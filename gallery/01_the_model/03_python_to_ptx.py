@@ -580,7 +580,8 @@ StageViewer(
 # Triton keeps every compile on disk, in a directory named by a hash of the
 # kernel's source, its specialisation, the options and the compiler's own
 # version; the next process that needs the same binary loads it from there
-# (lesson 02 timed that).  The entry of the H100 build holds every stage:
+# (lesson 02 timed that).  The entry of the H100 build holds every stage up to
+# the binary (SASS is not kept: it is read back from the ``.cubin``):
 # ``.source`` is the front end's TTIR, ``.json`` the metadata (``shared``,
 # ``num_warps``, the target), and ``__grp__`` lists the others.
 
