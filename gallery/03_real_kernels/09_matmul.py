@@ -574,7 +574,7 @@ print(counted)
 # ``sm_90`` it is a few ``HGMMA`` per warpgroup, and the threads are left with
 # address arithmetic and copies.  The Hopper kernel drops the copies too: a
 # handful of ``UTMALDG``, each issued by one thread for a whole tile.
-#
+
 # %%
 # How close to cuBLAS?
 # --------------------
