@@ -5,7 +5,7 @@
 Adding two vectors is the smallest kernel worth writing, and a complete one: a
 kernel, a grid of programs that covers any length, a mask for the ragged end,
 a launch setting, a check against PyTorch, and a measurement read against the
-fastest thing the memory can do at all, a plain copy.  We write the smallest
+practical ceiling of the memory, a plain copy.  We write the smallest
 correct kernel first, measure it, and then add the two things the package's
 kernel has on top: a launch setting chosen from a measured sweep, and 64-bit
 offsets for vectors of more than ``2**31`` elements.
@@ -142,8 +142,10 @@ report.assert_ok()
 # elements, and divide by the time: GB/s.  The ceiling is not the
 # :term:`HBM` bandwidth of the datasheet (:datasheet:`h100.hbm_bandwidth` for
 # an H100) but a device-to-device copy of a large buffer measured in the same
-# run, which reads and writes every byte once: no ordinary kernel moves bytes
-# faster.
+# run, which reads and writes every byte once.  It is the practical ceiling, not
+# a hard one: the copy is timed once, on its own buffers and apart from the
+# kernels, so a kernel that moves each byte once can end up within a few
+# percent of it on either side (the claims below bound how far above).
 #
 # :mod:`tilebook.experiments.vector_add` times :func:`tilebook.vector_add` (the
 # kernel above, launched with the package's setting: where that comes from is
@@ -195,10 +197,11 @@ table(
 
 # %%
 # What the data say, checked on the data above.  *Close to the copy line*
-# means at least ``NEAR_COPY`` of the copy's rate; the smallest sizes are the
-# first three of the sweep.
+# means at least ``NEAR_COPY`` of the copy's rate, and *a few percent* above it
+# at most ``ABOVE_COPY``; the smallest sizes are the first three of the sweep.
 
 NEAR_COPY = 0.9
+ABOVE_COPY = 0.05
 
 
 def from_size(ok):
@@ -213,6 +216,7 @@ small = ex[:3]
 t_torch = [theirs[e]["median_ms"] for e in small]
 grows = t_torch[-1] / t_torch[0]
 behind = [e for e in ex if vs[e].slower]
+top = max(sizes.rows, key=lambda r: r["gbps"])
 
 claims = Claims("07 vector_add", sizes)
 claims.check(
@@ -224,6 +228,11 @@ claims.check(
     "Where both are close to the copy line, tilebook and torch.add tie",
     near is not None and tie is not None and tie <= near,
     "; ".join(f"2^{e}: {vs[e].evidence('tilebook', 'torch.add')}" for e in ex[-3:]),
+)
+claims.check(
+    f"No size of either runs more than {ABOVE_COPY:.0%} faster than the copy",
+    top["gbps"] <= (1 + ABOVE_COPY) * copy,
+    f"the fastest: {top['impl']} at 2^{top['log2n']}, {top['gbps'] / copy:.0%} of it",
 )
 claims.check(
     "At the smallest sizes the time of torch.add hardly grows with the bytes",
@@ -287,12 +296,12 @@ regimes
 # same interleaved rounds.  Move the sliders or click a cell: the settings
 # flagged *slow* run below ``SLOW`` of the best one, and their notes say why.
 
+SLOW = 0.9
 sweep = record_or_measure(
     "lesson07_launch",
     "vector_add, float32, 2^26 elements: GB/s by launch setting",
     experiment.launch_settings,
 )
-SLOW = 0.9
 best = max(r["gbps"] for r in sweep.rows)
 slow = [r for r in sweep.rows if r["gbps"] < SLOW * best]
 smallest = min(sweep.values("BLOCK_SIZE"))
@@ -448,7 +457,7 @@ launch.check(
 launch.check(
     "The package's setting is among the best measured",
     package["gbps"] >= NEAR_BEST * best,
-    f"{package['setting']}: {package['gbps'] / best:.1%} of the best",
+    f"{package['setting']}: {package['gbps'] / best:.0%} of the best",
 )
 launch
 
