@@ -48,8 +48,7 @@ from tilebook.widgets import SweepExplorer
 
 print(tilebook.banner())
 DEVICE = tilebook.device()
-# The interpreter computes with numpy, which warns where an all -inf row gives
-# -inf - -inf; the NaN that results is what torch returns too.
+# numpy (the interpreter) warns at an all -inf row's -inf - -inf: NaN, as in torch.
 warnings.filterwarnings("ignore", "(invalid value|divide by zero)", RuntimeWarning)
 
 # %%
@@ -432,12 +431,11 @@ def softmax_online(x: torch.Tensor, chunk: int) -> torch.Tensor:
 
 
 # %%
-# The package's version, ``softmax_fwd_online_kernel``, adds the persistent
-# loop over rows and two touches for the second read: the first walk loads
-# with ``evict_last``, asking L2 to keep the row, and the second walk runs
-# *backwards*, from the chunks read last, the likeliest still to be in L2.
-# Does the second read pay?  The ``online always`` and ``single pass always``
-# rows of the measurement say:
+# The package's version, ``softmax_fwd_online_kernel``, adds the persistent loop
+# over rows and two touches for the second read: the first walk loads with
+# ``evict_last``, asking L2 to keep the row, and the second walk runs
+# *backwards*, from the chunks read last, the likeliest still in L2.  Does it
+# pay?  The measured ``online always`` and ``single pass always`` rows say:
 
 claims = Claims("10 softmax", fwd)
 for n in (SHORT, MID, FITS):
@@ -590,15 +588,18 @@ table(runs.rows, columns, caption=runs.caption())
 say(
     "The persistent grid runs {p} columns.  Without the eviction hint the kernel "
     "runs {h} columns (level: inside the spread).",
-    p=verdicts(runs, PERSISTENT, TILE, "a program a tile"),
+    p=verdicts(runs, PERSISTENT, TILE, "the package's choice (a program a tile)"),
     h=verdicts(runs, NO_HINT, TILE, "the package's choice"),
 )
 
 # %%
-# The method is the lesson, not the verdict: size the grid from the compiled
-# kernel, measure both, keep the faster, on each GPU and Triton (the package's
-# tables come from ``python benchmarks/softmax.py --tune`` on an H100).  And
-# over the whole forward measurement, against PyTorch:
+# The package measures nothing when called:
+# :func:`~tilebook.ops.softmax.pick_config` looks the launch up by padded row
+# width in the winners of ``benchmarks/softmax.py --tune`` (an H100, rows kept
+# in registers), and longer rows get one online configuration, a program a tile;
+# wherever another launch runs *faster* above, its choice is behind.  The method
+# is the lesson, not the verdict: size the grid from the compiled kernel,
+# measure both on each GPU and Triton.  The whole forward against PyTorch:
 
 claims = Claims("10 softmax", fwd)
 g = {n: vs(fwd, n, "tilebook", "torch") for n in WIDTHS}
@@ -624,8 +625,7 @@ say(
 # All of it at once
 # -----------------
 # The forward measurement: pick an implementation and a row length, or click a
-# cell.  Orange cells run at under half the best one's rate; each cell's note
-# says what ran.
+# cell.  Orange cells run under half the best one's rate; notes say what ran.
 
 
 def note(r: dict) -> str:
