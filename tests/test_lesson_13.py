@@ -280,6 +280,10 @@ def test_widget_without_record_shows_shared_memory_and_flags_rows():
     assert "no pipeline" in rows[8, 1]["note"]
     assert "note" not in rows[8, 2]
     assert "240 KiB" in rows[8, 5]["wrong"]
+    # a refused setting is shown as refused, never as a value (a measured 0 TFLOP/s)
+    assert rows[8, 5]["refused"] is True and rows[8, 2]["refused"] is False
+    assert 'r.refused?"\\u2717 refused"' in w.script
+    assert 'readout.textContent=r.refused?"refused' in w.script
     assert "data.untimed" in w.script
     assert data["caption"] == "aot"
 

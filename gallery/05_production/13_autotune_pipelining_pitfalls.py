@@ -186,16 +186,12 @@ SUM_CONFIGS = [triton.Config({"BLOCK": b}) for b in (64, 256)]
 
 def tuned_sum(**hooks):
     """A fresh autotuned sum_into_kernel (an empty cache), with the given hooks."""
-    return triton.autotune(SUM_CONFIGS, key=["n"], do_bench=three_runs, **hooks)(
-        sum_into_kernel
-    )
-
-
-def sum_grid(meta):
-    return (triton.cdiv(N_SUM, meta["BLOCK"]),)
+    tuner = triton.autotune(SUM_CONFIGS, key=["n"], do_bench=three_runs, **hooks)
+    return tuner(sum_into_kernel)
 
 
 N_SUM = 1000
+sum_grid = lambda meta: (triton.cdiv(N_SUM, meta["BLOCK"]),)  # a grid from the config
 x = torch.rand(N_SUM, device=DEVICE)
 
 
@@ -214,10 +210,8 @@ HERE = "this page's run"
 # every trial and the real run) and ``restore_value=["out_ptr"]`` (copy ``out``
 # before every trial and put it back after).
 
-HOOKS = {
-    "none": {},
-    **{h: {h: ["out_ptr"]} for h in ("reset_to_zero", "restore_value")},
-}
+HOOKS = {h: {h: ["out_ptr"]} for h in ("reset_to_zero", "restore_value")}
+HOOKS = {"none": {}, **HOOKS}
 hook_rows = []
 for start in (0.0, 100.0):
     for hook, kwargs in HOOKS.items():
@@ -226,8 +220,7 @@ for start in (0.0, 100.0):
         want = start + x.double().sum().item()
         hook_rows.append(outcome(out.item(), want, start=start, hook=hook))
 columns = {"out before": "start", "hook": "hook", **RESULT}
-shown = table(hook_rows, columns, caption=HERE)
-shown
+table(hook_rows, columns, caption=HERE)
 
 # %%
 # Without a hook, every trial run adds the sum once more:
@@ -328,8 +321,7 @@ for key in ([], ["n"]):
         want = x[:n].double().sum().item()
         stale_rows.append(outcome(out.item(), want, key=str(key), n=n, block=block))
 columns = {"key": "key", "n": "n", "BLOCK used": "block", **RESULT}
-shown = table(stale_rows, columns, caption=HERE)
-shown
+table(stale_rows, columns, caption=HERE)
 
 # %%
 # Every argument that changes which configurations are valid, or fastest,
@@ -450,10 +442,12 @@ say(
 # The grid, measured
 # ------------------
 # What the pipeline buys is a time, and only a GPU has one: the sweep runs the
-# grid's settings at ``SIZE`` cubed in bf16, each checked against float64 on a
-# block of rows, timed against each other in interleaved rounds.
+# grid's settings on one large square matmul in bf16 (the plot's title gives its
+# size), each checked against float64 on a block of rows, timed against each
+# other in interleaved rounds.
 
 SIZE = 4096
+TITLE = f"matmul {SIZE} cubed, bf16"
 
 
 def pipelining_sweep():
@@ -473,16 +467,20 @@ def pipelining_sweep():
 
 
 timed = record_or_measure(
-    "lesson13_pipelining", "matmul 4096 cubed, bf16: warps x stages", pipelining_sweep
+    "lesson13_pipelining", f"{TITLE}: warps x stages", pipelining_sweep
 )
 figure = plot_record(
     timed,
     x="stages",
     y="tflops",
     series="warps",
-    title="matmul 4096 cubed, bf16, 128 x 256 x 64 tiles",
+    title=f"{TITLE}, 128 x 256 x 64 tiles",
+    xlabel="num_stages",
     name="lesson13_pipelining",
 )
+if figure is not None:  # the lines are num_warps; the axis shows only measured depths
+    figure.axes[0].get_legend().set_title("num_warps")
+    figure.axes[0].set_xticks(sorted({r["stages"] for r in timed.rows}))
 
 # %%
 speed = Claims("13 autotune", timed)
@@ -493,8 +491,7 @@ for text, other in [
 ]:
     found = None
     if timed is not None:
-        rate = {ws: timed.one(warps=ws[0], stages=ws[1]) for ws in (best, other)}
-        found = speedup(rate[best], rate[other])
+        found = speedup(*(timed.one(warps=w, stages=s) for w, s in (best, other)))
     speed.check(text, bool(found and found.faster), found.evidence() if found else "")
 speed
 
@@ -505,14 +502,13 @@ speed
 # spills or does not fit says so.
 
 refused = {(max(WARPS), DEEP): int(needs.group(1))} if needs else {}
-widget = PipelineExplorer(
+PipelineExplorer(
     {ws: compiled[lb] for ws, lb in grid_labels.items()},
     refused=refused,
     record=timed,
     source=built.source,
     title="matmul, 128 x 256 x 64 bf16 tiles: warps x stages",
 )
-widget
 
 # %%
 # Five pitfalls
@@ -609,8 +605,7 @@ offset_rows = [
     {"row": FIRST_ROW + i, "i32": narrow[i], "i64": wide[i]} for i in range(ROWS)
 ]
 columns = {"row": "row", "int32 offset": "i32", "int64 offset": "i64"}
-shown = table(offset_rows, columns, caption=f"rows of ROW_LEN = {ROW_LEN}, {HERE}")
-shown
+table(offset_rows, columns, caption=f"rows of ROW_LEN = {ROW_LEN}, {HERE}")
 
 # %%
 # Past :math:`2^{31}` the 32-bit offsets turn negative: a load there reads
@@ -651,18 +646,23 @@ def peek_kernel(x_ptr, BLOCK: tl.constexpr):
     print("peek_kernel loaded", x)
 
 
-peek_kernel[(1,)](torch.arange(4.0, device=DEVICE), BLOCK=4)
+launched = peek_kernel[(1,)](torch.arange(4.0, device=DEVICE), BLOCK=4)
+say(
+    "On a GPU the print is a ``tl.device_print``, which writes to the process's C "
+    "stdout: this page does not capture it; run the downloaded script to see it."
+    if GPU
+    else "Under the interpreter the print is Python's: its line is above."
+)
 
 # %%
 # **Compiled code** has three: ``tl.static_print`` prints once, at compile
 # time, what is known then (constexprs, shapes); ``tl.device_print`` prints from
 # every thread at run time; ``tl.device_assert(cond, msg)`` stops the kernel
 # where ``cond`` is false, only in a debug build (``TRITON_DEBUG=1`` or
-# ``@triton.jit(debug=True)``).  ``debug_kernel`` above uses all three:
+# ``@triton.jit(debug=True)``).  ``debug_kernel`` above uses all three (on a
+# GPU only the compile-time line shows here, for the reason just given):
 
-debug_kernel[(1,)](torch.arange(4.0, device=DEVICE), 4, BLOCK=4)
-if GPU:
-    torch.cuda.synchronize()
+launched = debug_kernel[(1,)](torch.arange(4.0, device=DEVICE), 4, BLOCK=4)
 
 # %%
 # The compiled :term:`PTX` shows the assertion only in the debug build:

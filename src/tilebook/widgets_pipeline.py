@@ -5,7 +5,7 @@
 (:func:`tilebook.aot.compile_many`), so it works on any machine.  Each cell
 holds a setting's registers, spills and shared memory; a setting that spills is
 explained in its own row, one the compiler refused (its pipeline does not fit
-in shared memory) is flagged *wrong*.  Without a timing record the grid shows
+in shared memory) is shown as *refused*, with no value.  Without a timing record the grid shows
 shared memory per program (lower is not faster: the caption says where the
 figures come from); with a record of the same settings (rows holding
 ``warps``, ``stages`` and ``tflops``) it shows the measured rate and flags slow
@@ -26,17 +26,36 @@ from .widgets import _SWEEP_JS, SweepExplorer
 __all__ = ["PipelineExplorer", "pipeline_rows"]
 
 # Without times, a cell's value is shared memory: no "% of the best" and no
-# "among the best" verdict, which would read as speed.
+# "among the best" verdict, which would read as speed.  A setting the compiler
+# refused has no value at all (its row carries ``refused``): its cell, readout
+# and bar say "refused" instead of a number that would read as a measured 0.
 _WRONG = 'if(r.wrong){root.classList.add("tbw-wrong");verdict.textContent="Wrong: "+r.wrong}'
+_REFUSED = (
+    'if(r.wrong){root.classList.add("tbw-wrong");'
+    'verdict.textContent=(r.refused?"Refused: ":"Wrong: ")+r.wrong;'
+    'if(r.refused)fill.style.width="0%"}'
+)
 _UNTIMED = (
     "\n  else if(data.untimed){verdict.textContent="
     '"Not timed here: the cell shows what the compiler allocated."}'
 )
-_PERCENT = "if(!r.wrong)parts.push("
-assert _WRONG in _SWEEP_JS and _PERCENT in _SWEEP_JS, "the sweep explorer's script changed"
-_PIPELINE_JS = _SWEEP_JS.replace(_WRONG, _WRONG + _UNTIMED).replace(
-    _PERCENT, "if(!r.wrong&&!data.untimed)parts.push("
-)
+_EDITS = {
+    _WRONG: _REFUSED + _UNTIMED,
+    "if(!r.wrong)parts.push(": "if(!r.wrong&&!data.untimed)parts.push(",
+    # the grid's cell and its tooltip
+    '"\\u2717 "+fmt(r.value)': 'r.refused?"\\u2717 refused":"\\u2717 "+fmt(r.value)',
+    '": "+fmt(r.value)+" "+data.unit+': '": "+(r.refused?"refused":fmt(r.value)+" "+data.unit)+',
+    '(r.wrong?" (wrong)":"")': '(r.wrong&&!r.refused?" (wrong)":"")',
+    # the readout of the chosen setting
+    'readout.textContent=fmt(r.value)+" "+data.unit;': (
+        'readout.textContent=r.refused?"refused by the compiler":fmt(r.value)+" "+data.unit;'
+    ),
+}
+_PIPELINE_JS = _SWEEP_JS
+for _old, _new in _EDITS.items():
+    if _PIPELINE_JS.count(_old) != 1:
+        raise AssertionError(f"the sweep explorer's script changed: {_old!r}")
+    _PIPELINE_JS = _PIPELINE_JS.replace(_old, _new)
 
 
 def pipeline_rows(
@@ -76,10 +95,12 @@ def pipeline_rows(
                 "warps": warps,
                 "stages": stages,
                 "smem_kib": need / 1024,
-                "tflops": 0.0,
+                "tflops": 0.0,  # never shown: the widget says "refused"
+                "refused": True,
                 "wrong": (
-                    f"does not launch: its pipeline needs {need / 1024:.0f} KiB of "
-                    "shared memory per program, more than one program may have"
+                    f"its pipeline needs {need / 1024:.0f} KiB of shared memory per "
+                    "program, more than one program may have, so the compiler does not "
+                    "build it"
                 ),
             }
         )
@@ -96,7 +117,7 @@ class PipelineExplorer(SweepExplorer):
         :func:`tilebook.aot.compile_many`.
     refused
         ``{(num_warps, num_stages): shared bytes needed}`` for settings the
-        compiler refused; they are flagged wrong.
+        compiler refused; they are flagged and shown as refused, with no value.
     record
         A :class:`tilebook.bench.Record` timing the compiled settings (rows with
         ``warps``, ``stages``, ``tflops``), or None on a machine without one.
@@ -119,6 +140,7 @@ class PipelineExplorer(SweepExplorer):
     ) -> None:
         timed = record is not None
         self.timed = timed
+        self.refused = dict(refused or {})
         rows = pipeline_rows(compiled, refused, record)
         deepest = max(s for w, s in compiled if w == max(w for w, _ in compiled))
         super().__init__(
@@ -138,5 +160,9 @@ class PipelineExplorer(SweepExplorer):
         )
 
     def data(self) -> dict[str, Any]:
-        """The sweep explorer's data, plus ``untimed`` when there is no record."""
-        return {**super().data(), "untimed": not self.timed}
+        """The sweep explorer's data, plus ``untimed`` and each row's ``refused``."""
+        data = {**super().data(), "untimed": not self.timed}
+        for row in data["rows"]:
+            knobs = row["knobs"]
+            row["refused"] = (knobs["warps"], knobs["stages"]) in self.refused
+        return data
