@@ -226,9 +226,11 @@ say(
 # Every activation, against the layer computed in float64 from the same inputs
 # (``experiment.reference``): ragged layers, no size a multiple of a tile, with
 # and without bias.  On a GPU each new case compiles, so the check runs in
-# bfloat16 on a ragged layer and on ``LAYER`` cut to its first rows, whose
-# sizes compile as the measured ones do; the interpreter checks float32 and
-# float16 (it computes bf16 wrongly).
+# bfloat16 on a ragged layer and on ``LAYER`` cut to its first rows, whose sizes
+# compile as the measured ones do; the interpreter checks float32 and float16
+# (it computes bf16 wrongly).  A case's verdict compares its relative error,
+# ``rel err`` (norm-wise), with ``tol``, the tolerance of its type;
+# ``max abs err`` is shown for reference, not compared.
 
 ALL = list(experiment.TORCH_ACT)
 LAYER_MKN = (experiment.CHECK_ROWS, LAYER[2], LAYER[1])  # (M, K, N)
@@ -661,10 +663,10 @@ last
 # A kernel with all of ``K`` in one block has nothing to overlap: each program
 # loads its two tiles, multiplies, stores, and only then can the next start
 # loading, while the tiles of all of ``K`` crowd the shared memory of an
-# :term:`SM` so that few programs share it.  Past ``MAX_K`` they no longer fit at all.  Lesson 09
-# walks ``K`` in steps instead, loading the next step while the tensor cores
-# work on this one, and runs this same epilogue after its loop:
-# :func:`tilebook.linear_act` is that kernel with
+# :term:`SM` so that few programs share it, and the launcher refuses a longer
+# ``K`` than it allows (above).  Lesson 09 walks ``K`` in steps instead, loading
+# the next step while the tensor cores work on this one, and runs this same
+# epilogue after its loop: :func:`tilebook.linear_act` is that kernel with
 # :func:`tilebook.ops.epilogue.epilogue`.  There the product is long and the
 # epilogue runs while the tensor cores wait for it, which is why the package
 # keeps the shorter GELU.
