@@ -139,9 +139,8 @@ def forward(x, w, eps=EPS):
     n_rows, n_cols = x.shape
     y, rstd = torch.empty_like(x), x.new_empty(n_rows, dtype=torch.float32)
     block = triton.next_power_of_2(n_cols)
-    warps = warps_for(block)
     args = (x, w, y, rstd, n_cols, x.stride(0), eps)
-    fwd_kernel[(n_rows,)](*args, BLOCK_N=block, num_warps=warps)
+    fwd_kernel[(n_rows,)](*args, BLOCK_N=block, num_warps=warps_for(block))
     return y, rstd
 
 
@@ -274,8 +273,8 @@ print("dw identical, bit for bit, over three runs:", same)
 # program per row it holds ``n_rows * H`` fp32 values, twice the bytes of a
 # bf16 ``x``, written once and read back by the final sum.  In between, a grid
 # sized from the SM count: a few programs on each, each looping over many rows.
-# Here is the backward at ``H = GRID_H`` on tensors of ``exp.ELEMENTS`` numbers,
-# far more than the :term:`L2` cache (:datasheet:`h100.l2` on an H100) holds,
+# Here is the backward at ``H = GRID_H`` on tensors (their size in the caption)
+# far larger than the :term:`L2` cache (:datasheet:`h100.l2` on an H100),
 # timed in interleaved rounds by :func:`~tilebook.experiments.rms_norm.kernels`:
 
 GRID_H = 8192
@@ -296,13 +295,13 @@ def rate(r):  # GB/s at the median time, and at the p80 and p20 times
 
 grid = record_or_measure("lesson11_grid", "rms_norm backward by grid", grid_sweep)
 columns = {"grid": "impl", "programs": "programs", "GB/s (spread)": rate}
-table(grid.rows, columns, caption=grid.caption())
+table(grid.rows, columns, caption=f"{exp.ELEMENTS:,} values a tensor; {grid.caption()}")
 
 # %%
 # The slow end is plain.  The rest is read with the spread, where a gap inside
-# it is no gap.  From here on the lesson sizes its grid as the package does:
-# ``package.BWD_WARPS_PER_SM`` warps on each SM, so many small programs for
-# short rows and few large ones for long rows.
+# it is no gap.  From here on the lesson sizes its grid as the package does: a
+# fixed number of warps on each SM (below), so many small programs for short
+# rows and few large ones for long rows.
 
 
 def verdict(c):
@@ -418,15 +417,13 @@ claims
 
 # %%
 # **Long rows.**  The chunked kernels are the large step; every other addition
-# changes the speed by less than ``SMALL`` (the claims above), a tuning choice that
+# changes the speed by less than the claims above allow, a tuning choice that
 # ``benchmarks/rms_norm.py --tune`` revisits per GPU.  Why the lesson's kernels fall
 # apart at long rows is arithmetic on the launch configuration.  An SM has
 # :datasheet:`cuda.registers_per_sm`, shared by the threads of its programs, and a
 # thread may use at most :datasheet:`cuda.max_registers`.  When a thread needs more
 # values than it has registers, the compiler has to :term:`spill` the rest to local
-# memory, off-chip, and every row pays that traffic on top of its own.  The package
-# hands rows longer than ``package.FWD_CHUNKED_THRESHOLD`` (forward) and
-# ``package.BWD_CHUNKED_THRESHOLD`` (backward) to chunked kernels.
+# memory, off-chip, and every row pays that traffic on top of its own.
 
 
 def per_thread(h):
@@ -441,7 +438,10 @@ need, most = per_thread(long_h)
 say(
     "At {h} columns a program has {t} threads, so each may use at most {b:.0f} "
     "registers; the backward needs {v} values a thread (shares of ``x``, ``dy``, "
-    "``w`` and ``dw``), the forward half as many.",
+    "``w`` and ``dw``), the forward half as many.  The package hands rows longer "
+    "than {fc} columns (forward) and {bc} (backward) to chunked kernels.",
+    fc=package.FWD_CHUNKED_THRESHOLD,
+    bc=package.BWD_CHUNKED_THRESHOLD,
     h=long_h,
     t=32 * warps_for(long_h),
     b=most,
