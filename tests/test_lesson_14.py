@@ -51,6 +51,10 @@ LIFTED = [
     "CASES",
     "NAMES",
     "records",
+    "sources",
+    "SOURCES",
+    "compared",
+    "VERDICT",
     "leaf",
     "Q",
     "TOOL",
@@ -209,6 +213,16 @@ def test_every_path_ends_at_a_leaf_and_some_are_flagged(lesson):
 def test_the_tree_claims_hold_on_the_committed_records(lesson):
     for text, key, true_if in lesson.EXPECT:
         assert lesson.leaves[key].verdict in true_if, (text, lesson.leaves[key].evidence)
+
+
+def test_the_tree_says_where_its_figures_come_from_and_what_they_support(lesson):
+    for name, rec in lesson.records.items():
+        assert name in lesson.SOURCES and f"commit {rec.provenance['commit'][:7]}" in lesson.SOURCES
+    assert lesson.SOURCES in lesson.tree.caption
+    for leaf in lesson.leaves.values():  # the wording follows the verdict
+        assert f"{lesson.VERDICT[leaf.verdict]} beyond the spread" in leaf.evidence
+    # the square matmul is claimed level: neither side faster beyond the spread
+    assert lesson.compared["triton_sq"].tied
 
 
 def test_a_missing_record_gives_an_unknown_leaf(lesson, monkeypatch):

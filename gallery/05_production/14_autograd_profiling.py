@@ -406,10 +406,11 @@ def overhead_sweep():
 overhead = record_or_measure("lesson14_overhead", "swiglu: host share", overhead_sweep)
 style = {"x": "n", "y": "median_ms", "series": "impl", "logx": True}
 style |= {"name": "lesson14_overhead", "ylabel": "ms"}
-plot_record(overhead, where={"timer": "do_bench"}, title="do_bench", **style)
+figure = plot_record(overhead, where={"timer": "do_bench"}, title="do_bench", **style)
 
 # %%
-plot_record(overhead, where={"timer": "do_bench_cudagraph"}, title="cudagraph", **style)
+where = {"timer": "do_bench_cudagraph"}
+figure = plot_record(overhead, where=where, title="cudagraph", **style)
 
 # %%
 claims, c = Claims("14 autograd and profiling", overhead), None
@@ -427,28 +428,35 @@ claims
 # **torch.profiler** records what each operator and kernel launch did, with
 # CPU and (on a GPU) CUDA times, and ``record_function`` names a region of your
 # own.  It works under the interpreter too: then every "kernel" is Python on
-# the CPU.  One forward and backward of the registered op:
+# the CPU.  One forward and backward of the registered op, after a first one
+# outside the profiler (which compiles the kernels for this size):
 
 a, b = (torch.randn(4096, device=DEVICE, requires_grad=True) for _ in range(2))
+block(swiglu)(a, b).backward()
 acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if GPU else [])
-with profile(activities=acts) as prof, record_function("lesson14 step"):
-    swiglu(a, b).sum().backward()
+# one profiling cycle: acc_events=True changes nothing but silences torch 2.11's warning
+profiler = profile(activities=acts, acc_events=True)
+with profiler as prof, record_function("lesson14 step"):
+    block(swiglu)(a, b).backward()
 ENGINE = "autograd::engine::evaluate_function: "
-events = {
-    e.key.removeprefix(ENGINE): e for e in prof.key_averages() if "lesson14" in e.key
-}
-table(
-    [
-        {"name": k, "calls": e.count, "ms": e.cpu_time_total / 1e3}
-        for k, e in events.items()
-    ],
-    {"event": "name", "calls": "calls", "CPU ms (total)": lambda r: f"{r['ms']:.1f}"},
-)
+TIME_FIELDS = ("device_time_total", "cuda_time_total")  # the second before torch 2.4
+events = {}  # a GPU lists a region twice, host side and device side: keep the larger
+for e in prof.key_averages():
+    if "lesson14" in e.key or "swiglu" in e.key:
+        device = next(getattr(e, f) for f in TIME_FIELDS if hasattr(e, f))
+        now = {"calls": e.count, "cpu": e.cpu_time_total / 1e3, "cuda": device / 1e3}
+        was = events.setdefault(e.key.removeprefix(ENGINE), now)
+        was.update({k: max(was[k], v) for k, v in now.items()})
+columns = {"event": "name", "calls": "calls", "CPU ms (total)": ("cpu", "{:.3f}")}
+if GPU:
+    columns["CUDA ms (total)"] = ("cuda", "{:.3f}")
+table([{"name": k, **v} for k, v in events.items()], columns)
 
 # %%
 # The forward shows up as the autograd node PyTorch generated for the registered
 # op, the backward as its ``Backward`` node; under the interpreter they are
-# nearly all of the step.  On a GPU the same table has a CUDA column, and
+# nearly all of the step.  On a GPU the table adds a column of CUDA time (and
+# rows for the Triton kernels where the profiler names them), and
 # ``prof.export_chrome_trace("trace.json")`` writes a timeline that
 # ``chrome://tracing`` or Perfetto shows: gaps between kernels are host time.
 #
@@ -531,18 +539,8 @@ CASES = {  # leaf: record, the choice's row, the alternative's row, names
     "eager_sm": ("lesson10_forward", "torch", "tilebook", {"n": 2048}),
     "compile_sm": ("lesson10_forward", "torch.compile", "tilebook", {"n": 2048}),
     "triton_sm": ("lesson10_forward", "tilebook", "torch.compile", {"n": 2048}),
-    "compile_rn": (
-        "bench_rms_norm",
-        "torch.compile",
-        "tilebook",
-        RN,
-    ),
-    "triton_rn": (
-        "bench_rms_norm",
-        "tilebook",
-        "torch.compile",
-        RN,
-    ),
+    "compile_rn": ("bench_rms_norm", "torch.compile", "tilebook", RN),
+    "triton_rn": ("bench_rms_norm", "tilebook", "torch.compile", RN),
     "torch_small": ("lesson07_sizes", "torch.add", "tilebook", {"log2n": 12}),
     "triton_small": ("lesson07_sizes", "tilebook", "torch.add", {"log2n": 12}),
     "torch_large": ("lesson07_sizes", "torch.add", "tilebook", {"log2n": 28}),
@@ -553,16 +551,32 @@ NAMES |= {"unfused": "cuBLAS, then PyTorch", "cuBLAS": "cuBLAS (CUDA C++ by hand
 records = {name: load_record(name) for name, *_ in CASES.values()}
 
 
+def sources(recs):
+    """Where the figures come from: the records, grouped by GPU, date and commit."""
+    runs = {}
+    for name, rec in recs.items():
+        p = rec.provenance if rec else {}
+        run = f"{p['gpu']}, {p['date'][:10]}, commit {p['commit'][:7]}" if p else "none"
+        runs.setdefault(run, []).append(name)
+    return "; ".join(f"{', '.join(names)} ({run})" for run, names in runs.items())
+
+
+SOURCES = sources(records)
+compared = {}  # leaf: its speedup() Comparison
+VERDICT = {"good": "faster", "slow": "slower", "level": "neither faster nor slower"}
+
+
 def leaf(key, choice):
     name, mine, other, where = CASES[key]
     rec = records[name]
     if rec is None:
         return Leaf(choice, "unknown", "No record of this comparison yet.", name, "")
-    c = speedup(rec.one(impl=mine, **where), rec.one(impl=other, **where))
+    c = compared[key] = speedup(*(rec.one(impl=i, **where) for i in (mine, other)))
     verdict = "good" if c.faster else "slow" if c.slower else "level"
     text = (
         f"{NAMES.get(mine, mine)} ran at {c.ratio:.2f} times the speed of "
-        f"{NAMES.get(other, other)}: spread {c.low:.2f} to {c.high:.2f}"
+        f"{NAMES.get(other, other)}, p20-p80 spread {c.low:.2f} to {c.high:.2f}: "
+        f"{VERDICT[verdict]} beyond the spread and the noise floor."
     )
     return Leaf(choice, verdict, text, name, rec.caption())
 
@@ -609,15 +623,14 @@ tree = DecisionTree(
     leaves,
     "op",
     title="Triton, CUDA C++, torch.compile or a library?",
-    caption="Every leaf compares two rows of one record of the course.",
+    caption=f"Every leaf compares two rows of one record: {SOURCES}.",
 )
 tree
 
 # %%
 # What the tree says, checked against the same records.  Where a tie is as
-# good as a win (less code for the same speed), the check is "not slower".  The
-# square matmul is claimed only to be close: a new measurement may land on
-# either side of cuBLAS.
+# good as a win (less code for the same speed), the check is "not slower"; the
+# square matmul is claimed only to be level with cuBLAS.
 
 SAME_OR_BETTER, NEAR = ("good", "level"), 0.05
 EXPECT = [  # the claim, its leaf, the verdicts that make it true
@@ -626,20 +639,15 @@ EXPECT = [  # the claim, its leaf, the verdicts that make it true
     ("PyTorch as written is the slow softmax", "eager_sm", ("slow",)),
     ("Triton beats torch.compile on the softmax", "triton_sm", ("good",)),
     ("torch.compile is not slower on the rms_norm", "compile_rn", SAME_OR_BETTER),
-    ("A Triton launch is slow for a tiny tensor", "triton_small", ("slow",)),
+    ("Triton is slower than torch.add on a tiny tensor", "triton_small", ("slow",)),
 ]
-claims = Claims("14", None if None in records.values() else "the course's records")
+claims = Claims("14", None if None in records.values() else f"records {SOURCES}")
 for text, key, true_if in EXPECT:
     claims.check(text, leaves[key].verdict in true_if, leaves[key].evidence)
-mm = records["lesson09_sizes"]
-sq = (
-    speedup(mm.one(impl="tilebook", size=8192), mm.one(impl="cuBLAS", size=8192))
-    if mm
-    else None
-)
+sq = compared.get("triton_sq")
 claims.check(
-    f"The Triton matmul is within {NEAR:.2f} of cuBLAS's speed at 8192 cubed",
-    sq is not None and within(sq.ratio, 1.0, NEAR),
+    "At 8192 cubed neither the Triton matmul nor cuBLAS is faster beyond the spread",
+    sq is not None and sq.tied,
     sq.evidence("the Triton matmul", "cuBLAS") if sq else "",
 )
 sizes = records["lesson07_sizes"]
@@ -668,7 +676,7 @@ claims
 #   pipelines, cluster launches, hand-placed instructions.  cuBLAS shows what
 #   that buys, at the cost of far more code.
 # - **Nothing** for a single elementwise op: PyTorch already runs at the copy
-#   ceiling, and on a tiny tensor a Python launch costs more than the work.
+#   ceiling, and on a tiny tensor the Triton launch is the slower one.
 #
 # Try this
 # --------

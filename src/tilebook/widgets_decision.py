@@ -155,9 +155,10 @@ Object.keys(data.questions).forEach(function(key){
   box.appendChild(g);boxes[key]=box;body.appendChild(box)});
 var result=el("div");result.setAttribute("aria-live","polite");body.appendChild(result);
 if(data.caption)body.appendChild(el("div","tbw-caption",data.caption));
-var LABEL={good:"Good choice: faster than the alternative",
-  level:"As fast as the alternative",slow:"Slow choice",wrong:"Wrong choice",
-  unknown:"Not measured"};
+var LABEL={good:"Good choice: faster than the alternative, beyond the spread",
+  level:"Level: no faster or slower than the alternative, beyond the spread",
+  slow:"Slow choice: slower than the alternative, beyond the spread",
+  wrong:"Wrong choice",unknown:"Not measured"};
 function update(){
   result.innerHTML="";root.classList.remove("tbw-slow","tbw-wrong");
   var key=data.start,path=[],on={};
