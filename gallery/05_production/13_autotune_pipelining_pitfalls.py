@@ -660,7 +660,7 @@ say(
 # every thread at run time; ``tl.device_assert(cond, msg)`` stops the kernel
 # where ``cond`` is false, only in a debug build (``TRITON_DEBUG=1`` or
 # ``@triton.jit(debug=True)``).  ``debug_kernel`` above uses all three (on a
-# GPU only the compile-time line shows here, for the reason just given):
+# GPU only a compile-time line can show here, for the reason just given):
 
 launched = debug_kernel[(1,)](torch.arange(4.0, device=DEVICE), 4, BLOCK=4)
 
