@@ -443,7 +443,7 @@ TIME_FIELDS = ("device_time_total", "cuda_time_total")  # the second before torc
 events = {}  # a GPU lists a region twice, host side and device side: keep the larger
 for e in prof.key_averages():
     if "lesson14" in e.key or "swiglu" in e.key:
-        device = next(getattr(e, f) for f in TIME_FIELDS if hasattr(e, f))
+        device = next((getattr(e, f) for f in TIME_FIELDS if hasattr(e, f)), 0.0)
         now = {"calls": e.count, "cpu": e.cpu_time_total / 1e3, "cuda": device / 1e3}
         was = events.setdefault(e.key.removeprefix(ENGINE), now)
         was.update({k: max(was[k], v) for k, v in now.items()})
