@@ -349,6 +349,17 @@ def _calls(tree: ast.AST) -> set[str]:
     return {ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
 
 
+def test_no_table_or_sentence_hides_inside_a_block():
+    """sphinx-gallery shows a cell's last expression only: a ``table(...)`` or ``say(...)``
+    under an ``if`` or a loop never reaches the page (the H100 build lost two so)."""
+    for node in TREE.body:
+        if not isinstance(node, ast.If | ast.For | ast.While | ast.With):
+            continue
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Expr) and isinstance(inner.value, ast.Call):
+                assert ast.unparse(inner.value.func) not in {"table", "say"}, ast.unparse(inner)
+
+
 def test_lesson_and_benchmark_share_one_definition():
     assert "xp.lengths" in _calls(TREE)
     bench = ast.parse((ROOT / "benchmarks" / "flash_attention.py").read_text())
