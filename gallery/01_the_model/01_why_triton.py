@@ -39,6 +39,8 @@ first kernel, :func:`tilebook.vector_add`, in the same shape as the one here.
 # Importing :mod:`tilebook` first decides whether this script runs on a CUDA
 # GPU or on the CPU through Triton's interpreter; the banner says which.
 
+import textwrap
+
 import tilebook
 
 import torch
@@ -392,7 +394,7 @@ inductor = record_or_measure(
     lambda: experiment.inductor_code(swiglu_eager),
 )
 if inductor is not None:
-    print(inductor.caption())
+    print(textwrap.fill(inductor.caption(), 79))
     for k in inductor.rows:
         print(experiment.kernel_text(k["source"]))
 else:
