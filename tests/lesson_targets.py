@@ -19,63 +19,33 @@ import runpy
 import sys
 from pathlib import Path
 
-import torch
 from triton.runtime.interpreter import InterpretedFunction
 
 from tilebook.aot.jobs import _prepare, _run_children
 from tilebook.aot.kernel import CompiledKernel
-
-TYPES = {
-    torch.float32: "fp32",
-    torch.float16: "fp16",
-    torch.bfloat16: "bf16",
-    torch.float64: "fp64",
-    torch.int8: "i8",
-    torch.int16: "i16",
-    torch.int32: "i32",
-    torch.int64: "i64",
-    torch.uint8: "u8",
-    torch.bool: "i1",
-    torch.float8_e4m3fn: "fp8e4nv",
-    torch.float8_e5m2: "fp8e5",
-}
-# Options of the launch, not arguments of the kernel.
-LAUNCH_OPTIONS = {"num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion"}
+from tilebook.ops.targets import launch_job
 
 
-def _arg_type(value) -> str:
-    if isinstance(value, torch.Tensor):
-        return "*" + TYPES[value.dtype]
-    if isinstance(value, bool):
-        return "i1"
-    if isinstance(value, int):
-        return "i32" if -(2**31) <= value < 2**31 else "i64"
-    if isinstance(value, float):
-        return "fp32"
-    raise TypeError(f"an argument of type {type(value).__name__}")
-
-
-def _job(fn, args: tuple, kwargs: dict) -> dict:
-    """The compile job of one launch: signature and constexprs from its arguments."""
-    params = inspect.signature(fn).parameters
-    bound = dict(zip(params, args, strict=False))
-    bound.update({k: v for k, v in kwargs.items() if k not in LAUNCH_OPTIONS})
-    signature, constexprs = {}, {}
+def _job(kernel, args: tuple, kwargs: dict) -> dict:
+    """The compile job of one launch, specialised as Triton would
+    (:func:`tilebook.ops.targets.launch_job`): the runtime arguments in order, then
+    the constexprs (and any argument passed as None) with the launch options."""
+    params = inspect.signature(kernel.fn).parameters
+    values = dict(zip(params, args, strict=False)) | kwargs
+    runtime, meta = [], {k: v for k, v in kwargs.items() if k not in params}
     for name, param in params.items():
-        value = bound.get(name, param.default)
+        value = values.get(name, param.default)
         if value is inspect.Parameter.empty:
             raise TypeError(f"no value for {name}")
         if "constexpr" in str(param.annotation) or value is None:
-            constexprs[name] = value
+            meta[name] = value
+        elif meta.keys() & params.keys():
+            raise TypeError(f"{name}: a runtime argument after a constexpr")
         else:
-            signature[name] = _arg_type(value)
-    return {
-        "kernel": None,
-        "signature": signature,
-        "constexprs": constexprs,
-        "num_warps": kwargs.get("num_warps", 4),
-        "num_stages": kwargs.get("num_stages", 3),
-    }
+            runtime.append(value)
+    job = launch_job(kernel, tuple(runtime), meta, 0)
+    del job["arch"]
+    return job | {"kernel": kernel}  # the object: the lesson is no importable module
 
 
 def _jit_functions(path: Path) -> dict[str, str]:
@@ -113,7 +83,7 @@ def main(lesson: str, archs: list[int]) -> dict:
         fn = self.fn
         if fn.__code__.co_filename == str(path) and fn.__name__ not in first:
             try:
-                first[fn.__name__] = (self, _job(fn, args, kwargs))
+                first[fn.__name__] = (self, _job(self, args, kwargs))
             except (TypeError, KeyError) as exc:
                 first[fn.__name__] = (self, f"not compiled: {exc}")
         return original(self, *args, grid=grid, warmup=warmup, **kwargs)

@@ -58,6 +58,10 @@ _DTYPE_NAMES = {
     torch.int16: "i16",
     torch.int32: "i32",
     torch.int64: "i64",
+    torch.float64: "fp64",
+    torch.bool: "i1",
+    torch.float8_e4m3fn: "fp8e4nv",
+    torch.float8_e5m2: "fp8e5",
 }
 _OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 
