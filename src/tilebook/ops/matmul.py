@@ -566,7 +566,9 @@ def _max_offset(t: torch.Tensor) -> int:
 def _needs_int64(*tensors: torch.Tensor) -> bool:
     # A tile may hang 256 rows or columns past the edge before the mask applies.
     reach = max(_max_offset(t) + 256 * max(t.stride(), default=1) for t in tensors)
-    return reach >= _INT32_LIMIT
+    # bool(): traced with symbolic shapes, the comparison is a SymBool, and a
+    # constexpr must be a plain bool (Triton hashes it into the cache key).
+    return bool(reach >= _INT32_LIMIT)
 
 
 def _launch_ptr(a, b, c, bias, activation):

@@ -340,7 +340,7 @@ def _needs_int64(n_rows: int, cfg: SoftmaxConfig, *tensors: torch.Tensor) -> boo
     # Padding rows of the last tile compute addresses too (masked, but they must not wrap).
     rows = n_rows if cfg.online else triton.cdiv(n_rows, cfg.block_m) * cfg.block_m
     reach = max(rows * abs(t.stride(0)) + max(t.shape[1], cfg.block_n) for t in tensors)
-    return reach >= 2**31
+    return bool(reach >= 2**31)  # a plain bool even for symbolic shapes
 
 
 def _meta(cfg: SoftmaxConfig, n_rows: int, n_cols: int, *tensors: torch.Tensor) -> dict:

@@ -109,7 +109,7 @@ def _op_forward(
     if n == 0:
         return out
     block, warps = _config(block_size, num_warps)
-    int64 = n + max(block, DEFAULT_CONFIG.kwargs["BLOCK_SIZE"]) >= _INT32_LIMIT
+    int64 = bool(n + max(block, DEFAULT_CONFIG.kwargs["BLOCK_SIZE"]) >= _INT32_LIMIT)
     library.launch(
         add_kernel, (triton.cdiv(n, block),),
         x, y, out, n, BLOCK_SIZE=block, INT64_OFFSETS=int64, num_warps=warps,
