@@ -13,17 +13,24 @@ settings as the sweep explorer does::
 
     PipelineExplorer({(8, 3): compiled, ...}, refused={(8, 5): 245760},
                      record=None, source="compiled for sm_90", title="matmul")
+
+``pitfalls`` adds one checkbox per :class:`Pitfall` (a mistake such as a
+16-bit accumulator or a missing mask, with the text of what it got wrong and
+its fix).  While one is on, the chosen setting's verdict is "Wrong: " and that
+text, and the whole grid is marked wrong: no ``num_warps`` or ``num_stages``
+makes a wrong kernel right, only the fix does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from .aot import CompiledKernel
 from .widgets import _SWEEP_JS, SweepExplorer
 
-__all__ = ["PipelineExplorer", "pipeline_rows"]
+__all__ = ["PipelineExplorer", "Pitfall", "pipeline_rows"]
 
 # Without times, a cell's value is shared memory: no "% of the best" and no
 # "among the best" verdict, which would read as speed.  A setting the compiler
@@ -50,12 +57,120 @@ _EDITS = {
     'readout.textContent=fmt(r.value)+" "+data.unit;': (
         'readout.textContent=r.refused?"refused by the compiler":fmt(r.value)+" "+data.unit;'
     ),
+    # the pitfalls wrap the setting's own update (function declarations hoist, so the
+    # knobs' handlers and the first call reach the wrapper below)
+    "function update(){": "function settingUpdate(){",
 }
 _PIPELINE_JS = _SWEEP_JS
 for _old, _new in _EDITS.items():
     if _PIPELINE_JS.count(_old) != 1:
         raise AssertionError(f"the sweep explorer's script changed: {_old!r}")
     _PIPELINE_JS = _PIPELINE_JS.replace(_old, _new)
+
+# A pitfall on makes every setting wrong, refused ones excepted (they build no kernel,
+# so they keep saying why); off again, the setting's own verdict comes back.
+_PITFALLS_JS = r"""
+var pits=null,pitFix=null;
+function update(){settingUpdate();if(!pits)return;
+  var on=pits.filter(function(p){return p.box.checked}),r=find();
+  root.dataset.pitfalls=on.map(function(p){return p.name}).join("|");
+  if(table)table.classList.toggle("tbw-pitfall-on",on.length>0);
+  pitFix.textContent=on.length?"Fix: "+on.map(function(p){return p.fix.replace(/[.\s]+$/,"")}).join("; ")+
+    ". Until then no setting in the grid is right.":"";
+  if(!on.length||!r||r.refused)return;
+  root.classList.remove("tbw-slow");root.classList.add("tbw-wrong");
+  verdict.textContent="Wrong: "+on.map(function(p){return p.wrong}).join("; ");
+  root.dataset.verdict="wrong";
+}
+if(data.pitfalls&&data.pitfalls.length){
+  var fs=el("fieldset","tbw-pitfalls");
+  fs.appendChild(el("legend","","Put a pitfall into the kernel"));
+  pits=data.pitfalls.map(function(p){var l=el("label","tbw-pitfall"),c=el("input");
+    c.type="checkbox";c.dataset.pitfall=p.name;c.addEventListener("change",update);
+    l.appendChild(c);l.appendChild(document.createTextNode(" "+p.name));fs.appendChild(l);
+    return {name:p.name,wrong:p.wrong,fix:p.fix,box:c}});
+  body.insertBefore(fs,readout);
+  pitFix=el("div","tbw-note tbw-fix");pitFix.setAttribute("aria-live","polite");
+  body.insertBefore(pitFix,note.nextSibling);
+  update();
+}
+"""
+_PIPELINE_JS += _PITFALLS_JS
+
+# Every cell of the grid marked wrong as a wrong cell is, by its colours (legible in both
+# themes; !important beats the inline tint of a right cell) and by a cross.
+_CSS = """
+.tbw fieldset.tbw-pitfalls{border:1px solid var(--tbw-border);border-radius:6px;
+margin:8px 0;padding:2px 10px 6px 10px;display:flex;flex-wrap:wrap;gap:4px 16px}
+.tbw .tbw-pitfalls legend{font-weight:600;padding:0 4px}
+.tbw .tbw-pitfall{cursor:pointer;white-space:nowrap}
+.tbw table.tbw-pitfall-on td[role=button]{background:#B3261E!important;color:#fff}
+.tbw table.tbw-pitfall-on td[role=button]:not(.tbw-cell-wrong)::before{content:"\\2717  "}
+"""
+
+_PITFALL_NAME_MAX = 40  # a checkbox's label, on one line
+
+
+@dataclass(frozen=True)
+class Pitfall:
+    """A mistake the reader can put into the kernel of a :class:`PipelineExplorer`.
+
+    Parameters
+    ----------
+    name
+        A short label for its checkbox, e.g. ``"fp16 accumulator"``.
+    wrong
+        What goes wrong, best with the figures the page measured; shown as the
+        verdict ("Wrong: " and this text) while the pitfall is on.
+    fix
+        What fixes it, shown with the verdict.
+    """
+
+    name: str
+    wrong: str
+    fix: str
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, str):
+                raise TypeError(f"Pitfall {f.name} must be text, got {type(value).__name__}")
+            if not value.strip():
+                raise ValueError(f"Pitfall {f.name} must not be empty")
+        if len(self.name) > _PITFALL_NAME_MAX:
+            raise ValueError(
+                f"Pitfall name {self.name!r} is longer than {_PITFALL_NAME_MAX} characters: "
+                "it labels a checkbox; put the detail in wrong"
+            )
+
+
+def _pitfalls(given: Any) -> list[Pitfall]:
+    """``given`` as a list of Pitfall: each a Pitfall or a dict of name, wrong and fix."""
+    if given is None:
+        return []
+    if isinstance(given, (str, bytes, Mapping)) or not isinstance(given, Sequence):
+        raise TypeError(
+            f"pitfalls must be a sequence of Pitfall or dicts, got {type(given).__name__}"
+        )
+    keys = {f.name for f in fields(Pitfall)}
+    out = []
+    for i, p in enumerate(given):
+        if isinstance(p, Mapping):
+            if set(p) != keys:
+                missing, extra = sorted(keys - set(p)), sorted(set(p) - keys, key=str)
+                raise ValueError(
+                    f"pitfalls[{i}] needs exactly the keys {sorted(keys)}: "
+                    f"missing {missing}, unknown {extra}"
+                )
+            p = Pitfall(**p)
+        elif not isinstance(p, Pitfall):
+            raise TypeError(f"pitfalls[{i}] is not a Pitfall or a dict: {p!r}")
+        out.append(p)
+    names = [p.name for p in out]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"pitfall names must differ; given more than once: {twice}")
+    return out
 
 
 def pipeline_rows(
@@ -125,6 +240,9 @@ class PipelineExplorer(SweepExplorer):
         Where the compiled figures come from, the caption when there is no record.
     title
         The widget's title.
+    pitfalls
+        :class:`Pitfall` objects (or dicts with ``name``, ``wrong`` and ``fix``),
+        one checkbox each: while one is on, every setting is wrong.
     """
 
     script = _PIPELINE_JS
@@ -137,7 +255,9 @@ class PipelineExplorer(SweepExplorer):
         record: Any = None,
         source: str,
         title: str,
+        pitfalls: Sequence[Pitfall | Mapping[str, str]] | None = None,
     ) -> None:
+        self.pitfalls = _pitfalls(pitfalls)
         timed = record is not None
         self.timed = timed
         self.refused = dict(refused or {})
@@ -160,9 +280,16 @@ class PipelineExplorer(SweepExplorer):
         )
 
     def data(self) -> dict[str, Any]:
-        """The sweep explorer's data, plus ``untimed`` and each row's ``refused``."""
+        """The sweep explorer's data, plus ``untimed``, ``pitfalls`` and each row's ``refused``."""
         data = {**super().data(), "untimed": not self.timed}
+        data["pitfalls"] = [asdict(p) for p in self.pitfalls]
         for row in data["rows"]:
             knobs = row["knobs"]
             row["refused"] = (knobs["warps"], knobs["stages"]) in self.refused
         return data
+
+    def _repr_html_(self) -> str:
+        html = super()._repr_html_()
+        if html.count("</style>") != 1:
+            raise AssertionError("the widget's HTML changed: one <style> expected")
+        return html.replace("</style>", f"{_CSS}</style>", 1)
