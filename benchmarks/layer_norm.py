@@ -158,7 +158,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 
 #: Forward (rows per program, num_warps) by padded width; the first is the default.
 FWD_CANDIDATES = {
-    1024: [(2, 4), (4, 8), (4, 4), (8, 16)],
+    1024: [(1, 4), (2, 4), (4, 8), (4, 4), (8, 16)],
     2048: [(2, 8), (1, 4), (4, 16)],
     4096: [(1, 8), (1, 4), (1, 16)],
     8192: [(1, 16), (1, 8), (1, 32)],

@@ -2,13 +2,11 @@
 13. Autotune, pipelining and pitfalls: tuning a kernel, and what goes wrong
 ===========================================================================
 
-Lesson 09 let ``triton.autotune`` pick a matmul's tile and stopped there.  A
-kernel that reaches production meets the rest: the autotuner's hooks and its
-cache, the two launch options that set how the compiler schedules the work
-(``num_warps`` and ``num_stages``), and a handful of mistakes that make a
-kernel slow or, worse, quietly wrong.  This lesson makes each mistake happen,
-then fixes it, reads what pipelining compiles to on an H100 without one, and
-ends with the tools for finding the next mistake.
+Lesson 09 let ``triton.autotune`` pick a matmul's tile.  Production adds the
+autotuner's hooks and cache, the launch options that set how the compiler
+schedules the work (``num_warps``, ``num_stages``), and mistakes that make a
+kernel slow or, worse, quietly wrong.  This lesson makes each happen, fixes it,
+reads pipelining in H100 code without an H100, and ends with debugging tools.
 
 .. rubric:: You will learn
 
@@ -57,7 +55,7 @@ from tilebook.experiments import matmul as experiment
 from tilebook.plots import plot_record
 from tilebook.prose import say
 from tilebook.tables import table
-from tilebook.widgets_pipeline import PipelineExplorer
+from tilebook.widgets_pipeline import PipelineExplorer, Pitfall
 
 print(tilebook.banner())
 DEVICE = tilebook.device()
@@ -145,8 +143,9 @@ report.assert_ok()
 # -------------------------------------------
 # ``triton.autotune`` wraps a kernel with a list of :class:`triton.Config`.
 # On the first call for each value of the ``key`` arguments (and of the
-# tensors' dtypes, which Triton adds) it runs every configuration, keeps the
-# fastest and launches it; later calls with the same key launch it at once.
+# tensors' dtypes, which Triton adds) it times every configuration with
+# ``do_bench``, keeps the fastest and launches it; later calls with the same
+# key launch it at once.
 #
 # Trying a configuration means *running the kernel*, several times: harmless
 # for ``C = A @ B``, which overwrites ``C``, wrong for a kernel that adds into
@@ -163,13 +162,8 @@ def sum_into_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, MASKED: tl.constexpr
     tl.atomic_add(out_ptr, tl.sum(x))
 
 
-# %%
-# The autotuner times each configuration with ``do_bench``; here a stand-in
-# that runs it three times, so that the count of runs is the same everywhere.
-
-
 def three_runs(fn, quantiles):
-    """do_bench for the autotuner: three timed runs, as [median, low, high]."""
+    """do_bench for the autotuner: three runs on every machine, as [median, low, high]."""
     times = []
     for _ in range(3):
         start = time.perf_counter()
@@ -496,21 +490,6 @@ for text, other in [
 speed
 
 # %%
-# The widget (:class:`tilebook.widgets_pipeline.PipelineExplorer`) holds the
-# grid and the refused depth.  Without a record it shows shared memory per
-# program (lower is not faster); with one, the measured rate.  A setting that
-# spills or does not fit says so.
-
-refused = {(max(WARPS), DEEP): int(needs.group(1))} if needs else {}
-PipelineExplorer(
-    {ws: compiled[lb] for ws, lb in grid_labels.items()},
-    refused=refused,
-    record=timed,
-    source=built.source,
-    title="matmul, 128 x 256 x 64 bf16 tiles: warps x stages",
-)
-
-# %%
 # Five pitfalls
 # -------------
 # Two happened above: spills (fixed by more warps or a smaller tile) and a
@@ -545,12 +524,13 @@ totals = {
     f"e{b}": running_sum(long_x, a) for b, a in ((16, tl.float16), (32, tl.float32))
 }
 errors = {k: ((v.double() - exact).abs() / exact).item() for k, v in totals.items()}
-say(
+said_acc = say(
     "Over {n} fp16 values the fp16 accumulator is off by {e16:.1e} of the sum, "
     "the float32 one by {e32:.1e}.",
     n=long_x.numel(),
     **errors,
 )
+said_acc
 
 # %%
 # A missing mask
@@ -568,11 +548,12 @@ for masked in (False, True):
     out = torch.zeros(1, device=DEVICE)
     sum_into_kernel[(2,)](short, out, n_short, BLOCK=64, MASKED=masked)
     sums["good" if masked else "bad"] = out.item()
-say(
+said_mask = say(
     "Without the mask the sum is {bad:.4g}, with it {good:.4g} (float64: {want:.4g}).",
     want=short.double().sum().item(),
     **sums,
 )
+said_mask
 
 # %%
 # On a GPU the read lands in another tensor, or in unmapped memory and kills
@@ -614,7 +595,7 @@ table(offset_rows, columns, caption=f"rows of ROW_LEN = {ROW_LEN}, {HERE}")
 #
 # Every fix, checked
 # ------------------
-# The fixed side of each pitfall against float64:
+# The fixed side of each pitfall against float64, and the broken side, wrong:
 
 fixes = CorrectnessReport("the fixes vs float64")
 out = torch.zeros(1, device=DEVICE)
@@ -630,6 +611,37 @@ fixes.check("mask", out, short.double().sum().reshape(1))
 rows_wide = torch.arange(FIRST_ROW, FIRST_ROW + ROWS, dtype=torch.float64) * ROW_LEN
 fixes.check("int64 offsets", offsets[True].cpu().double(), rows_wide)
 fixes.assert_ok()
+stale = stale_rows[1]  # n left out of the key: the block tuned at n = 100, at 1000
+wrap = narrow.index(min(narrow))  # the first row whose int32 offset wrapped
+broke = Claims("13 autotune", HERE)
+broke.check("fp16 accumulator", errors["e16"] > torch.finfo(FP16).eps, said_acc)
+broke.check("no mask", outcome(sums["bad"], sums["good"])["verdict"] == "wrong")
+broke.check("int32 offsets past 2^31 elements", narrow[wrap] < 0)
+broke.check("n left out of the key", stale["verdict"] == "wrong")
+broke
+
+# %%
+# The widget (:class:`tilebook.widgets_pipeline.PipelineExplorer`) holds the
+# grid: measured rates where there is a record, else shared memory per program
+# (lower is not faster).  Pick a setting, then turn on a pitfall: the verdict
+# says what it got wrong above, and every cell turns wrong, since no
+# ``num_warps`` or ``num_stages`` fixes a wrong answer.  Turn it off again.
+
+offset = f"row {FIRST_ROW + wrap} starts at {narrow[wrap]}, not {wide[wrap]}"
+got = f"at n = {stale['n']} the sum is {stale['got']:.2f}, not {stale['want']:.2f}"
+PipelineExplorer(
+    {ws: compiled[lb] for ws, lb in grid_labels.items()},
+    refused={(max(WARPS), DEEP): int(needs.group(1))} if needs else {},
+    record=timed,
+    source=built.source,
+    title="matmul, 128 x 256 x 64 bf16 tiles: warps x stages",
+    pitfalls=[
+        Pitfall("fp16 accumulator", str(said_acc), "accumulate in float32"),
+        Pitfall("no mask", str(said_mask), "mask the lanes past the end"),
+        Pitfall("int32 offsets", f"past 2^31 elements, {offset}", "widen to int64"),
+        Pitfall("n left out of the key", f"BLOCK is stale: {got}", "key on n"),
+    ],
+)
 
 # %%
 # Debugging a kernel
@@ -648,8 +660,7 @@ def peek_kernel(x_ptr, BLOCK: tl.constexpr):
 
 launched = peek_kernel[(1,)](torch.arange(4.0, device=DEVICE), BLOCK=4)
 say(
-    "On a GPU the print is a ``tl.device_print``, which writes to the process's C "
-    "stdout: this page does not capture it; run the downloaded script to see it."
+    "On a GPU it is a ``tl.device_print`` to C stdout: run the script to see it."
     if GPU
     else "Under the interpreter the print is Python's: its line is above."
 )

@@ -19,11 +19,12 @@ dtype, launch configuration and GPU, and identical in Triton's interpreter):
 * the element is kept when that unsigned 32-bit word is at least
   ``round(p * 2**32)``: it is dropped with probability ``p`` to within ``2**-33``.
 
-Philox is pure integer arithmetic (10 rounds of two 32x32-bit multiplies and some
-xors per four words).  Compiled for sm_90 the kernel is 24 instructions per bf16
-element, about 15 of them Philox: close to, but under, what the memory traffic of
-an element leaves the SM to spend.  On an H100 it runs at 98 us for 16384 x 4096
-bf16, against 94 us for a plain copy of the same tensor.
+Philox is pure integer arithmetic: 10 rounds of two 32x32-bit multiplies and some
+xors per four words.  :func:`philox4x32` takes each product as one 64-bit multiply
+(high and low words from one instruction, where ``tl.randint4x`` spends two), the
+same stream bit for bit; with the loads and stores left to the default cache
+policy, the kernel comes within a few percent of a plain copy of the tensor
+(``benchmarks/dropout.py`` measures both, and ``--tune`` the variants).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ __all__ = [
     "dropout",
     "dropout_kernel",
     "launch_dropout",
+    "philox4x32",
 ]
 
 #: Elements that one Philox word-position covers in a group: part of the mask's
@@ -54,6 +56,32 @@ SUB = 1024
 GROUP = 4 * SUB
 #: Largest tensor: Philox counters are 32-bit, one per four elements.
 MAX_NUMEL = 4 << 32
+
+
+@triton.jit
+def philox4x32(seed, c0):
+    """Philox4x32-10 of the 64-bit ``seed`` (key) and the uint32 counters ``c0``
+    (the other three counter words 0): the four words ``tl.randint4x(seed, c0)``
+    returns, bit for bit.  Each 32x32-bit product is one 64-bit multiply, whose
+    high and low halves the round needs, instead of ``umulhi`` plus a low multiply:
+    fewer instructions per word (measured faster on an H100 in
+    ``benchmarks/dropout.py --tune``)."""
+    seed = seed.to(tl.uint64)
+    k0 = (seed & 0xFFFFFFFF).to(tl.uint32)
+    k1 = ((seed >> 32) & 0xFFFFFFFF).to(tl.uint32)
+    c1 = c0 * 0
+    c2 = c1
+    c3 = c1
+    for _ in tl.static_range(10):
+        pb = c2.to(tl.uint64) * 0xCD9E8D57
+        pa = c0.to(tl.uint64) * 0xD2511F53
+        c0 = (pb >> 32).to(tl.uint32) ^ c1 ^ k0
+        c2 = (pa >> 32).to(tl.uint32) ^ c3 ^ k1
+        c1 = pb.to(tl.uint32)
+        c3 = pa.to(tl.uint32)
+        k0 = k0 + 0x9E3779B9
+        k1 = k1 + 0xBB67AE85
+    return c0, c1, c2, c3
 
 
 # seed and the threshold change from call to call: specialising on them (== 1,
@@ -81,19 +109,19 @@ def dropout_kernel(
         # Philox words made it move the masks through shared memory instead.
         offs = group * (4 * SUB) + word * SUB + lane[None, :]
         mask = offs < n
-        x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first")
-        # uint32 counters: the same stream on every Triton version (randint4x's
-        # handling of 64-bit offsets has changed over time).
-        w0, w1, w2, w3 = tl.randint4x(seed, (group * SUB + lane).to(tl.uint32))
+        # No cache hints: evict_first on the load and the store measured slower than
+        # the default (H100, benchmarks/dropout.py --tune).
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+        # uint32 counters, part of the mask's definition (tl.randint4x's handling
+        # of 64-bit offsets has changed across Triton versions).
+        w0, w1, w2, w3 = philox4x32(seed, (group * SUB + lane).to(tl.uint32))
         w = tl.where(
             word == 0,
             w0[None, :],
             tl.where(word == 1, w1[None, :], tl.where(word == 2, w2[None, :], w3[None, :])),
         )
         y = tl.where(w >= thr, x.to(tl.float32) * scale, 0.0)
-        tl.store(
-            y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask, eviction_policy="evict_first"
-        )
+        tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 def _threshold_bits(p: float) -> int:
