@@ -64,6 +64,10 @@ def test_pitfalls_reach_the_data_in_order_as_dicts():
     assert rows[8, 3]["refused"] is True and "240 KiB" in rows[8, 3]["wrong"]
     assert "spills 1536 bytes" in rows[4, 1]["note"]
     assert _widget(pitfalls=None).data()["pitfalls"] == []
+    wrapped = Pitfall("fp16 accumulator", "off by 1.1e-01 of the sum,\nthe float32 one", "fp32")
+    assert _widget(pitfalls=[wrapped]).data()["pitfalls"][0]["wrong"] == (
+        "off by 1.1e-01 of the sum, the float32 one"
+    )
     assert PipelineExplorer(COMPILED, source="s", title="t").pitfalls == []
 
 

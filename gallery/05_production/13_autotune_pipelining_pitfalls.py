@@ -604,11 +604,13 @@ fixes.check("int64 offsets", offsets[True].cpu().double(), rows_wide)
 fixes.assert_ok()
 stale = stale_rows[1]  # n left out of the key: the block tuned at n = 100, at 1000
 wrap = narrow.index(min(narrow))  # the first row whose int32 offset wrapped
+offset = f"row {FIRST_ROW + wrap} starts at {narrow[wrap]}, not {wide[wrap]}"
+got = f"at n = {stale['n']} the sum is {stale['got']:.2f}, not {stale['want']:.2f}"
 broke = Claims("13 autotune", HERE)
-broke.check("fp16 accumulator", errors["e16"] > torch.finfo(FP16).eps, said_acc)
-broke.check("no mask", outcome(sums["bad"], sums["good"])["verdict"] == "wrong")
-broke.check("int32 offsets past 2^31 elements", narrow[wrap] < 0)
-broke.check("n left out of the key", stale["verdict"] == "wrong")
+broke.check("the fp16 sum is off", errors["e16"] > torch.finfo(FP16).eps, said_acc)
+broke.check("the unmasked sum is wrong", sums["bad"] > 2 * sums["good"], said_mask)
+broke.check("int32 offsets wrap past 2^31 elements", narrow[wrap] < 0, offset)
+broke.check("the stale BLOCK gives a wrong sum", stale["verdict"] == "wrong", got)
 broke
 
 # %%
@@ -617,8 +619,6 @@ broke
 # not faster).  Turn on a pitfall: the verdict says what it got wrong above and
 # every cell turns wrong, since no ``num_warps`` or ``num_stages`` fixes that.
 
-offset = f"row {FIRST_ROW + wrap} starts at {narrow[wrap]}, not {wide[wrap]}"
-got = f"at n = {stale['n']} the sum is {stale['got']:.2f}, not {stale['want']:.2f}"
 PipelineExplorer(
     {ws: compiled[lb] for ws, lb in grid_labels.items()},
     refused={(max(WARPS), DEEP): int(needs.group(1))} if needs else {},
@@ -628,8 +628,8 @@ PipelineExplorer(
     pitfalls=[
         Pitfall("fp16 accumulator", str(said_acc), "accumulate in float32"),
         Pitfall("no mask", str(said_mask), "mask the lanes past the end"),
-        Pitfall("int32 offsets", f"past 2^31 elements, {offset}", "widen to int64"),
-        Pitfall("n left out of the key", f"BLOCK is stale: {got}", "key on n"),
+        Pitfall("int32 offsets", f"past 2^31 elements, {offset}", "multiply in int64"),
+        Pitfall("n left out of the key", f"BLOCK is stale: {got}", "put n in the key"),
     ],
 )
 

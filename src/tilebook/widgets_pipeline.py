@@ -282,7 +282,10 @@ class PipelineExplorer(SweepExplorer):
     def data(self) -> dict[str, Any]:
         """The sweep explorer's data, plus ``untimed``, ``pitfalls`` and each row's ``refused``."""
         data = {**super().data(), "untimed": not self.timed}
-        data["pitfalls"] = [asdict(p) for p in self.pitfalls]
+        # a text may come wrapped (str of a tilebook.say paragraph): one line in the page
+        data["pitfalls"] = [
+            {k: " ".join(v.split()) for k, v in asdict(p).items()} for p in self.pitfalls
+        ]
         for row in data["rows"]:
             knobs = row["knobs"]
             row["refused"] = (knobs["warps"], knobs["stages"]) in self.refused
