@@ -34,6 +34,7 @@ COMPILED = {
     (8, 2): _kernel(8, 2, 98304, 205, 0),
 }
 REFUSED = {(8, 3): 245760}
+ROOT = Path(__file__).resolve().parents[1]
 PITFALLS = [
     Pitfall("fp16 accumulator", "the sum is off by 1.1e-01 of itself", "accumulate in fp32."),
     {"name": "no mask", "wrong": "reads <past> the end & sums 2.8e+07", "fix": "mask the loads"},
@@ -108,13 +109,13 @@ def test_a_pitfall_checks_its_own_fields():
         Pitfall("a", "", "c")
 
 
-# Roughly pydata-sphinx-theme's colours, which the lesson pages give the widget; a bare page
-# would leave the dark theme's light text colours on the light fallback background.
-THEMES = {
-    "light": "",
-    "dark": "html{--pst-color-text-base:#ced6dd;--pst-color-text-muted:#9ca4af;"
-    "--pst-color-surface:#29313d;--pst-color-border:#48566b}body{background:#14181e}",
-}
+def _site_css() -> str:
+    """The lesson pages' styles: the site theme's (Bootstrap inside) and the project's."""
+    import pydata_sphinx_theme
+
+    theme = Path(pydata_sphinx_theme.__file__).parent / "theme" / "pydata_sphinx_theme"
+    css = theme / "static" / "styles" / "pydata-sphinx-theme.css"
+    return css.read_text() + (ROOT / "docs" / "_static" / "tilebook.css").read_text()
 
 
 def _axe_violations(page) -> list[dict]:
@@ -140,7 +141,7 @@ def test_pitfall_checkboxes_switch_the_verdict_and_back(theme):
 
     page_html = (
         f"<!doctype html><html lang='en' data-theme='{theme}'><head><title>w</title>"
-        f"<style>{THEMES[theme]}</style></head><body><main>{_widget()._repr_html_()}"
+        f"<style>{_site_css()}</style></head><body><main>{_widget()._repr_html_()}"
         f"{_widget(pitfalls=None)._repr_html_()}</main>"
         "</body></html>"
     )
@@ -167,6 +168,11 @@ def test_pitfall_checkboxes_switch_the_verdict_and_back(theme):
         order = w.evaluate("e => [...e.querySelector('.tbw-body').children].map(c => c.className)")
         assert order.index("tbw-pitfalls") > order.index("tbw-knob")
         assert order.index("tbw-pitfalls") < order.index("tbw-readout")
+        # the legend sits in the group's border, at the widget's size, not as the theme's
+        # floating heading
+        legend = group.locator("legend")
+        assert legend.evaluate("e => getComputedStyle(e).cssFloat") == "none"
+        assert legend.evaluate("e => getComputedStyle(e).fontSize") == "14px"
 
         # the mouse: a click on the label's checkbox
         acc = page.get_by_role("checkbox", name="fp16 accumulator")

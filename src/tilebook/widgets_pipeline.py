@@ -97,12 +97,14 @@ if(data.pitfalls&&data.pitfalls.length){
 """
 _PIPELINE_JS += _PITFALLS_JS
 
-# Every cell of the grid marked wrong as a wrong cell is, by its colours (legible in both
+# The legend undoes the site theme's (Bootstrap's: a floating heading).  Every cell of
+# the grid marked wrong as a wrong cell is, by its colours (legible in both
 # themes; !important beats the inline tint of a right cell) and by a cross.
 _CSS = """
 .tbw fieldset.tbw-pitfalls{border:1px solid var(--tbw-border);border-radius:6px;
 margin:8px 0;padding:2px 10px 6px 10px;display:flex;flex-wrap:wrap;gap:4px 16px}
-.tbw .tbw-pitfalls legend{font-weight:600;padding:0 4px}
+.tbw .tbw-pitfalls legend{float:none;width:auto;margin:0;padding:0 4px;font-size:14px;
+line-height:inherit;font-weight:600}
 .tbw .tbw-pitfall{cursor:pointer;white-space:nowrap}
 .tbw table.tbw-pitfall-on td[role=button]{background:#B3261E!important;color:#fff}
 .tbw table.tbw-pitfall-on td[role=button]:not(.tbw-cell-wrong)::before{content:"\\2717  "}
