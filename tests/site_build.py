@@ -12,8 +12,12 @@ ROOT = Path(__file__).resolve().parents[1]
 LESSON_07 = "lessons/03_real_kernels/07_vector_add.html"
 
 
-def build_site(out: Path) -> tuple[Path, str]:
-    """Run sphinx-build (warnings are errors) in CPU mode; return the html dir and the log."""
+def build_site(out: Path, *, fresh: bool = True) -> tuple[Path, str]:
+    """Run sphinx-build (warnings are errors) in CPU mode; return the html dir and the log.
+
+    ``fresh=False`` builds again over what a build into ``out`` left, as a maintainer's
+    second ``nox -s docs`` does.
+    """
     env = dict(os.environ)
     env["TILEBOOK_MODE"] = "cpu"
     env.pop("TILEBOOK_RECORD_DIR", None)  # plot only what is committed
@@ -21,7 +25,8 @@ def build_site(out: Path) -> tuple[Path, str]:
     doctrees = out / "doctrees"
     # sphinx-gallery writes the generated lesson pages into docs/lessons; start clean
     # so that every lesson really runs in this build.
-    shutil.rmtree(ROOT / "docs" / "lessons", ignore_errors=True)
+    if fresh:
+        shutil.rmtree(ROOT / "docs" / "lessons", ignore_errors=True)
     proc = subprocess.run(
         [
             sys.executable,

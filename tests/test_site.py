@@ -24,6 +24,24 @@ def test_build_says_which_mode(built_site):
     assert "tilebook: CPU mode" in log
 
 
+def test_a_rebuild_with_nothing_changed_runs_and_reads_nothing(built_site):
+    """A second build over the first (the maintainer's warm ``nox -s docs``) executes no
+    lesson, reads no page again and opens with no "configuration has changed"."""
+    from site_build import build_site
+
+    html_dir, _ = built_site
+    if not (html_dir.parent / "doctrees").is_dir():
+        pytest.skip("TILEBOOK_BUILT_SITE names a build without its doctrees")
+    # sphinx-gallery writes a lesson's page source when it executes the lesson.
+    sources = sorted((ROOT / "docs" / "lessons").glob("*/[0-9][0-9]_*.rst"))
+    before = {p: p.stat().st_mtime_ns for p in sources}
+    _, log = build_site(html_dir.parent, fresh=False)
+    assert len(before) == 14
+    assert {p: p.stat().st_mtime_ns for p in sources} == before, "a lesson ran again"
+    assert "updating environment: 0 added, 0 changed, 0 removed" in log, log[-3000:]
+    assert "The configuration has changed" not in log
+
+
 def test_correctness_table_printed_and_all_ok(page):
     _, html = page
     assert "vector_add vs float64 reference" in html

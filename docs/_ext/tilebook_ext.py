@@ -226,8 +226,40 @@ class _QuietMyst(logging.Filter):
         return not str(record.msg).startswith(bold("myst v"))
 
 
+#: Options that extensions fill in as they start (pydata-sphinx-theme, sphinx-gallery,
+#: sphinx-copybutton, sphinx-design, the offline MathJax): the configuration Sphinx
+#: saved at the end of the last build holds their additions, the one it compares it
+#: with at the start of the next does not yet, so these always differ.  (A change of
+#: one of them by hand still rebuilds what it affects: the HTML builder compares them
+#: on its own.)
+_FILLED_BY_EXTENSIONS = frozenset({
+    "html_css_files", "html_js_files", "html_permalinks_icon", "html_static_path",
+    "html_theme_options", "mathjax4_config", "mathjax3_config", "sphinx_gallery_conf",
+    "templates_path",
+})  # fmt: skip
+
+
+def _quiet_config_change() -> None:
+    """Leave those options out of the list behind Sphinx's "The configuration has
+    changed" message, which otherwise opens every rebuild: noise that needs no action.
+    Sphinx uses the list for that message alone (whether pages are read again it
+    decides from the options that affect reading, and none of these does)."""
+    from sphinx import environment
+
+    differing = getattr(environment, "_differing_config_keys", None)
+    if differing is None or getattr(differing, "tilebook", False):
+        return  # another Sphinx: its message stays as it is
+
+    def without_filled(old, new):
+        return frozenset(differing(old, new) - _FILLED_BY_EXTENSIONS)
+
+    without_filled.tilebook = True
+    environment._differing_config_keys = without_filled
+
+
 def setup(app):
     logging.getLogger("sphinx.myst_parser.sphinx_ext.main").addFilter(_QuietMyst())
+    _quiet_config_change()
     app.add_config_value("tilebook_repo_url", None, "html")
     app.add_config_value("tilebook_repo_branch", "main", "html")
     app.add_config_value("tilebook_pages_branch", "gh-pages", "html")

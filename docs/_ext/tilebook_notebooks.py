@@ -7,11 +7,20 @@ plain view).  After sphinx-gallery has written the notebooks, this extension
 writes them again from the lesson scripts, converting the reST subset the
 lessons use into Markdown (solutions fold into ``<details>``), and puts a first
 cell that installs tilebook when it is missing.
+
+Each page links its notebook and zip with ``:download:``, which makes them
+dependencies of the page: a file newer than the page's last read makes Sphinx read
+the page again.  sphinx-gallery writes both on every build, so an unchanged file
+gets back the modification time it had when its content last changed
+(``.tilebook_stamps.json`` in the gallery directory remembers both), and a rebuild
+reads again only the pages whose lessons changed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 import zipfile
 from pathlib import Path
@@ -247,6 +256,37 @@ def _refresh_zip(path: Path, notebooks: dict[str, bytes]) -> None:
     tmp.replace(path)
 
 
+def _content_digest(path: Path) -> str:
+    """What a reader downloads: the bytes of a notebook; the members of a zip (names
+    and contents, not the times stamped in it, which change on every build)."""
+    h = hashlib.sha256()
+    if path.suffix == ".zip":
+        with zipfile.ZipFile(path) as z:
+            for info in sorted(z.infolist(), key=lambda i: i.filename):
+                h.update(info.filename.encode() + b"\0" + z.read(info) + b"\0")
+    else:
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def _keep_times(gal_root: Path, paths: list[Path]) -> None:
+    """Give each unchanged file the modification time of its last change."""
+    stamps_file = gal_root / ".tilebook_stamps.json"
+    try:
+        stamps = json.loads(stamps_file.read_text())
+    except (OSError, ValueError):
+        stamps = {}
+    for path in paths:
+        key = path.relative_to(gal_root).as_posix()
+        digest = _content_digest(path)
+        old = stamps.get(key)
+        if old and old.get("digest") == digest:
+            os.utime(path, (old["mtime"], old["mtime"]))
+        else:
+            stamps[key] = {"digest": digest, "mtime": path.stat().st_mtime}
+    stamps_file.write_text(json.dumps(stamps, indent=1, sort_keys=True) + "\n")
+
+
 def rewrite_notebooks(app) -> None:
     """Replace the notebooks sphinx-gallery wrote, inside its zips too."""
     conf = app.config.sphinx_gallery_conf
@@ -256,6 +296,7 @@ def rewrite_notebooks(app) -> None:
     for ex_dir, gal_dir in zip(conf["examples_dirs"], conf["gallery_dirs"], strict=True):
         ex_root, gal_root = (srcdir / ex_dir).resolve(), srcdir / gal_dir
         written: dict[str, bytes] = {}
+        downloads: list[Path] = []
         for script in sorted(ex_root.glob("*/[0-9][0-9]_*.py")):
             target = gal_root / script.parent.name / (script.stem + ".ipynb")
             if target.parent.exists():
@@ -263,8 +304,12 @@ def rewrite_notebooks(app) -> None:
                 data = (json.dumps(nb, indent=1, ensure_ascii=False) + "\n").encode()
                 target.write_bytes(data)
                 written[target.name] = data
-        for z in gal_root.rglob("*.zip"):
+                downloads.append(target)
+        for z in sorted(gal_root.rglob("*.zip")):
             _refresh_zip(z, written)
+            downloads.append(z)
+        if gal_root.exists():
+            _keep_times(gal_root, downloads)
 
 
 def setup(app):
