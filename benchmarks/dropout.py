@@ -32,12 +32,10 @@ import tilebook
 import tilebook.ops.dropout as op
 from tilebook.bench import (
     Measurement,
-    Record,
-    copy_bandwidth,
+    benchmark_header,
     measure,
     measure_interleaved,
-    provenance,
-    save_record,
+    save_benchmark,
 )
 
 DTYPE = torch.bfloat16
@@ -192,22 +190,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tune", action="store_true", help="sweep launch configs first")
     parser.add_argument("--save", action="store_true", help="save the rows as bench_dropout")
     args = parser.parse_args(argv)
-    print(tilebook.banner())
-    if not tilebook.is_gpu():
-        print("no GPU: nothing to measure (see the committed records instead)")
+    if benchmark_header() is None:
         return 0
-    p = provenance()
-    print(f"# {p['gpu']}, CUDA {p['cuda']}, torch {p['torch']}, triton {p['triton']}, "
-          f"copy {copy_bandwidth().gbps:.0f} GB/s", flush=True)  # fmt: skip
     if args.tune:
         tune()
     rows = run(quick=args.quick)
     print_table(rows)
     if args.save:
-        prov = provenance()
-        prov["copy_gbps"] = copy_bandwidth().gbps
-        title = "dropout: tilebook against its baselines"
-        print(f"saved {save_record(Record('bench_dropout', title, rows, prov, live=True))}")
+        print(f"saved {save_benchmark('dropout', rows)}")
     return 0
 
 

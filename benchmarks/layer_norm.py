@@ -30,12 +30,10 @@ import triton
 import tilebook
 import tilebook.ops.layer_norm as op
 from tilebook.bench import (
-    Record,
-    copy_bandwidth,
+    benchmark_header,
     measure,
     measure_interleaved,
-    provenance,
-    save_record,
+    save_benchmark,
 )
 
 EPS = 1e-5
@@ -259,14 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--apply", action="store_true", help="time the sweep's winners")
     parser.add_argument("--save", action="store_true", help="save the rows as bench_layer_norm")
     args = parser.parse_args(argv)
-    print(tilebook.banner())
-    if not tilebook.is_gpu():
-        print("no GPU: nothing to measure (see the committed records instead)")
+    if benchmark_header() is None:
         return 0
-    p = provenance()
-    copy = copy_bandwidth().gbps
-    print(f"# {p['gpu']}, {p['sm_count']} SMs, CUDA {p['cuda']}, torch {p['torch']}, "
-          f"triton {p['triton']}, copy {copy:.0f} GB/s", flush=True)  # fmt: skip
     if args.tune:
         best = tune((4096,) if args.quick else HIDDEN)
         if args.apply:
@@ -274,15 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = run(quick=args.quick)
     print_table(rows)
     if args.save:
-        _save("layer_norm", rows)
+        print(f"saved {save_benchmark('layer_norm', rows)}")
     return 0
-
-
-def _save(name: str, rows: list[dict[str, Any]]) -> None:
-    prov = provenance()
-    prov["copy_gbps"] = copy_bandwidth().gbps
-    rec = Record(f"bench_{name}", f"{name}: tilebook against its baselines", rows, prov, live=True)
-    print(f"saved {save_record(rec)}")
 
 
 if __name__ == "__main__":

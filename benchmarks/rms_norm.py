@@ -36,7 +36,7 @@ import torch
 
 import tilebook
 import tilebook.ops.rms_norm as op
-from tilebook.bench import copy_bandwidth, measure, provenance
+from tilebook.bench import benchmark_header, measure
 from tilebook.check import default_tolerance
 from tilebook.experiments import rms_norm as exp
 
@@ -275,14 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", action="store_true", help="only the table by hidden size")
     parser.add_argument("--tune-long", action="store_true", help="sweep the chunked kernels")
     args = parser.parse_args(argv)
-    print(tilebook.banner())
-    if not tilebook.is_gpu():
-        print("no GPU: nothing to measure (see the committed records instead)")
+    if benchmark_header() is None:
         return 0
-    p = provenance()
-    copy = copy_bandwidth().gbps
-    print(f"# {p['gpu']}, {p['sm_count']} SMs, CUDA {p['cuda']}, torch {p['torch']}, "
-          f"triton {p['triton']}, copy {copy:.0f} GB/s", flush=True)  # fmt: skip
     if args.tune:
         tune()
     if args.tune_long:

@@ -100,13 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
             failed.append(name)
             continue
-        prov = bench.provenance()
-        prov["copy_gbps"] = bench.copy_bandwidth().gbps
-        rec = bench.Record(
-            f"bench_{name}", f"{name}: tilebook against its baselines", rows, prov, live=True
-        )
-        path = bench.save_record(rec)
-        print(f"   saved {path}", flush=True)
+        print(f"   saved {bench.save_benchmark(name, rows)}", flush=True)
         table += summarise(rows, getattr(module, "BASELINE", {}))
 
     print()

@@ -153,3 +153,24 @@ def test_measure_interleaved_orders_and_spreads():
     assert got["big"].gbps > 100  # a 512 MB fill: hundreds of GB/s on any datacenter GPU
     with pytest.raises(ValueError, match="rounds"):
         bench.measure_interleaved({"a": small.zero_}, rounds=0)
+
+
+def test_benchmark_header_without_a_gpu_says_so(capsys):
+    if tilebook.is_gpu():
+        pytest.skip("this is the no-GPU start of a benchmark script")
+    assert bench.benchmark_header() is None
+    out = capsys.readouterr().out
+    assert "tilebook: CPU mode" in out
+    assert "no GPU: nothing to measure" in out
+
+
+@pytest.mark.gpu
+def test_benchmark_header_and_save_on_a_gpu(tmp_path, monkeypatch, capsys):
+    prov = bench.benchmark_header()
+    assert prov is not None and prov["gpu"] in capsys.readouterr().out
+    monkeypatch.setenv(bench.RECORD_DIR_ENV, str(tmp_path))
+    rows = [{"kernel": "k", "impl": "tilebook", "median_ms": 1.0}]
+    path = bench.save_benchmark("probe", rows)
+    saved = json.loads(path.read_text())
+    assert path.parent == tmp_path and saved["name"] == "bench_probe"
+    assert saved["rows"] == rows and saved["provenance"]["copy_gbps"] > 100

@@ -32,6 +32,7 @@ __all__ = [
     "RECORDS_DIR",
     "Measurement",
     "Record",
+    "benchmark_header",
     "compare",
     "copy_bandwidth",
     "load_record",
@@ -39,6 +40,7 @@ __all__ = [
     "measure_interleaved",
     "provenance",
     "record_or_measure",
+    "save_benchmark",
     "save_record",
 ]
 
@@ -244,6 +246,34 @@ def provenance() -> dict[str, Any]:
         info["sm_count"] = props.multi_processor_count
         info["capability"] = f"{props.major}.{props.minor}"
     return info
+
+
+def benchmark_header() -> dict[str, Any] | None:
+    """How every script of ``benchmarks/`` starts: print tilebook's banner and, on a
+    GPU, one line naming it (SMs, versions, the copy ceiling); return the
+    :func:`provenance`, or None (after saying so) where there is no GPU to measure."""
+    from . import banner
+
+    print(banner(), flush=True)
+    if not runtime.is_gpu():
+        print("no GPU: nothing to measure (see the committed records instead)", flush=True)
+        return None
+    p = provenance()
+    print(
+        f"# {p['gpu']}, {p['sm_count']} SMs, CUDA {p['cuda']}, torch {p['torch']}, "
+        f"triton {p['triton']}, copy {copy_bandwidth().gbps:.0f} GB/s",
+        flush=True,
+    )
+    return p
+
+
+def save_benchmark(name: str, rows: list[dict[str, Any]]) -> Path:
+    """Save a benchmark's rows as the record ``bench_<name>``, with the provenance and
+    the copy ceiling of this run (see :func:`save_record` for where it goes)."""
+    prov = provenance()
+    prov["copy_gbps"] = copy_bandwidth().gbps
+    title = f"{name}: tilebook against its baselines"
+    return save_record(Record(f"bench_{name}", title, rows, prov, live=True))
 
 
 @dataclass
