@@ -50,7 +50,9 @@ myst_heading_anchors = 3
 
 autodoc_typehints = "description"
 autodoc_member_order = "bysource"
-autosummary_generate = True
+# The API page's summary table needs no generated stub pages (it has no :toctree:),
+# and the scan for them only prints a line listing every page.
+autosummary_generate = False
 napoleon_numpy_docstring = True
 napoleon_google_docstring = False
 nitpicky = False

@@ -239,6 +239,15 @@ _FILLED_BY_EXTENSIONS = frozenset({
 })  # fmt: skip
 
 
+class _QuietGallery(logging.Filter):
+    """sphinx-gallery announces how it converts text for notebooks on every build (our
+    notebooks are written again by tilebook_notebooks anyway): noise that needs no
+    action."""
+
+    def filter(self, record):
+        return not str(record.msg).startswith("Using Sphinx-Gallery to convert rst")
+
+
 def _quiet_config_change() -> None:
     """Leave those options out of the list behind Sphinx's "The configuration has
     changed" message, which otherwise opens every rebuild: noise that needs no action.
@@ -259,6 +268,7 @@ def _quiet_config_change() -> None:
 
 def setup(app):
     logging.getLogger("sphinx.myst_parser.sphinx_ext.main").addFilter(_QuietMyst())
+    logging.getLogger("sphinx.sphinx-gallery").addFilter(_QuietGallery())
     _quiet_config_change()
     app.add_config_value("tilebook_repo_url", None, "html")
     app.add_config_value("tilebook_repo_branch", "main", "html")
