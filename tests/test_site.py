@@ -24,6 +24,20 @@ def test_build_says_which_mode(built_site):
     assert "tilebook: CPU mode" in log
 
 
+def test_build_log_carries_no_noise(built_site):
+    """Lines every build printed that need no action (issue 11): none is left."""
+    _, log = built_site
+    for noise in (
+        "[autosummary] generating autosummary",
+        "Using Sphinx-Gallery to convert rst",
+        "The configuration has changed",
+        "myst v",
+        "reference_url",
+        "uv binary not found",
+    ):
+        assert noise not in log, noise
+
+
 def test_a_rebuild_with_nothing_changed_runs_and_reads_nothing(built_site):
     """A second build over the first (the maintainer's warm ``nox -s docs``) executes no
     lesson, reads no page again and opens with no "configuration has changed"."""
