@@ -8,22 +8,16 @@ agreement with the checker are checked on data that can go wrong.
 
 from __future__ import annotations
 
-import ast
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
+from lesson_source import LessonSource
 
 from tilebook.bench import RECORDS_DIR, load_record
 from tilebook.exercises import check_elementwise
 from tilebook.experiments import why_triton as experiment
 from tilebook.widgets_grid import ThreadsVsTilesExplorer
 
-ROOT = Path(__file__).parents[1]
-LESSON = ROOT / "gallery" / "01_the_model" / "01_why_triton.py"
-SOURCE = LESSON.read_text()
-TREE = ast.parse(SOURCE)
+SCRIPT = LessonSource(1)
 LIFTED = [
     "swiglu_eager",
     "swiglu_kernel",
@@ -35,28 +29,10 @@ LIFTED = [
 ]
 
 
-def _source(name: str) -> str:
-    found = [
-        n
-        for n in TREE.body
-        if (isinstance(n, ast.FunctionDef) and n.name == name)
-        or (isinstance(n, ast.Assign) and name in [getattr(t, "id", None) for t in n.targets])
-    ]
-    assert len(found) == 1, f"lesson 01 defines {name!r} {len(found)} times at top level"
-    node = found[0]
-    start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-    return "\n".join(SOURCE.splitlines()[start - 1 : node.end_lineno])
-
-
 @pytest.fixture(scope="module")
 def lesson(tmp_path_factory):
     head = "import torch\nimport triton\nimport triton.language as tl\n\n"
-    path = tmp_path_factory.mktemp("lesson01") / "lesson01_lifted.py"
-    path.write_text(head + "\n\n".join(_source(n) for n in LIFTED) + "\n")
-    spec = importlib.util.spec_from_file_location("lesson01_lifted", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return SCRIPT.lift(LIFTED, tmp_path_factory.mktemp("lesson01"), head)
 
 
 def test_the_fused_kernel_passes_the_exercise_checker(lesson):

@@ -9,23 +9,18 @@ exactly the binaries its table says.
 
 from __future__ import annotations
 
-import ast
-import importlib.util
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 import triton
+from lesson_source import LessonSource
 
 from tilebook.bench import RECORDS_DIR, load_record
 from tilebook.exercises import check
 from tilebook.experiments import programs as experiment
 
-ROOT = Path(__file__).parents[1]
-LESSON = ROOT / "gallery" / "01_the_model" / "02_programs_and_grid.py"
-SOURCE = LESSON.read_text()
-TREE = ast.parse(SOURCE)
+SCRIPT = LessonSource(2)
 LIFTED = [
     "stamp_kernel",
     "stamp",
@@ -39,31 +34,13 @@ LIFTED = [
 ]
 
 
-def _source(name: str) -> str:
-    found = [
-        n
-        for n in TREE.body
-        if (isinstance(n, ast.FunctionDef) and n.name == name)
-        or (isinstance(n, ast.Assign) and name in [getattr(t, "id", None) for t in n.targets])
-    ]
-    assert len(found) == 1, f"lesson 02 defines {name!r} {len(found)} times at top level"
-    node = found[0]
-    start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-    return "\n".join(SOURCE.splitlines()[start - 1 : node.end_lineno])
-
-
 @pytest.fixture(scope="module")
 def lesson(tmp_path_factory):
     head = (
         "import torch\nimport triton\nimport triton.language as tl\nimport tilebook\n"
         "DEVICE = tilebook.device()\n\n"
     )
-    path = tmp_path_factory.mktemp("lesson02") / "lesson02_lifted.py"
-    path.write_text(head + "\n\n".join(_source(n) for n in LIFTED) + "\n")
-    spec = importlib.util.spec_from_file_location("lesson02_lifted", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return SCRIPT.lift(LIFTED, tmp_path_factory.mktemp("lesson02"), head)
 
 
 def test_1d_ownership_through_the_exercise_checker(lesson):

@@ -10,73 +10,36 @@ their loads the way it says.
 
 from __future__ import annotations
 
-import ast
-import importlib.util
 import re
-from pathlib import Path
 
 import pytest
 import torch
 import triton
+from lesson_source import LessonSource
 
 from tilebook.exercises import check_elementwise
 from tilebook.passes import compile_with_passes
 
-ROOT = Path(__file__).parents[1]
-LESSON = ROOT / "gallery" / "01_the_model" / "03_python_to_ptx.py"
-LESSON_02 = ROOT / "gallery" / "01_the_model" / "02_programs_and_grid.py"
-SOURCE = LESSON.read_text()
-TREE = ast.parse(SOURCE)
+SCRIPT = LessonSource(3)
 LIFTED = ["scale_kernel", "scale", "scale_kernel_no_mask", "tile_dot_kernel", "scale_no_mask"]
-
-
-def _source(name: str, source: str = SOURCE) -> str:
-    tree = TREE if source is SOURCE else ast.parse(source)
-    found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
-    assert len(found) == 1, f"{name!r} is defined {len(found)} times at top level"
-    node = found[0]
-    start = min([node.lineno] + [d.lineno for d in node.decorator_list])
-    return "\n".join(source.splitlines()[start - 1 : node.end_lineno])
-
-
-def _constant(name: str):
-    for node in TREE.body:
-        if isinstance(node, ast.Assign):
-            for target in node.targets:
-                if isinstance(target, ast.Tuple) and name in [e.id for e in target.elts]:
-                    i = [e.id for e in target.elts].index(name)
-                    return ast.literal_eval(node.value.elts[i])
-                if isinstance(target, ast.Name) and target.id == name:
-                    return ast.literal_eval(node.value)
-    raise AssertionError(f"lesson 03 assigns no {name}")
 
 
 @pytest.fixture(scope="module")
 def lesson(tmp_path_factory):
     """The lifted definitions as a module (an importable file: Triton needs source)."""
     head = "import torch\nimport triton\nimport triton.language as tl\n\n"
-    head += f"BLOCK = {_constant('BLOCK')}\n\n"
-    body = "\n\n\n".join(_source(name) for name in LIFTED)
-    path = tmp_path_factory.mktemp("lesson03") / "lesson03_lifted.py"
-    path.write_text(head + body + "\n")
-    spec = importlib.util.spec_from_file_location("lesson03_lifted", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    head += f"BLOCK = {SCRIPT.constant('BLOCK')}\n\n"
+    return SCRIPT.lift(LIFTED, tmp_path_factory.mktemp("lesson03"), head)
 
 
 def test_the_kernel_is_lesson_02_s():
-    ours = _source("scale_kernel")
-    theirs = _source("scale_kernel", LESSON_02.read_text())
+    ours = SCRIPT.source("scale_kernel")
+    theirs = LessonSource(2).source("scale_kernel")
     assert ours == theirs
 
 
 def test_the_variant_is_the_kernel_without_its_mask():
-    def body(name):
-        (node,) = ast.parse(_source(name)).body
-        return [ast.unparse(s) for s in node.body]
-
-    masked, plain = body("scale_kernel"), body("scale_kernel_no_mask")
+    masked, plain = SCRIPT.body("scale_kernel"), SCRIPT.body("scale_kernel_no_mask")
     assert [s for s in masked if not s.startswith("mask =")] != plain  # loads differ
     assert [s.replace(", mask=mask", "") for s in masked if not s.startswith("mask =")] == plain
 
@@ -99,7 +62,7 @@ def test_the_masked_kernel_passes_the_checker_and_the_unmasked_one_fails(lesson)
 
 
 def test_tile_dot_kernel_matches_float64(lesson, device):
-    tile = _constant("TILE")
+    tile = SCRIPT.constant("TILE")
     m, n, k = tile["BM"], tile["BN"], 2 * tile["BK"]
     a = torch.randn(m, k, device=device, dtype=torch.float16)
     b = torch.randn(k, n, device=device, dtype=torch.float16)
@@ -109,7 +72,7 @@ def test_tile_dot_kernel_matches_float64(lesson, device):
 
 
 def _knobs():
-    return _constant("KNOBS")
+    return SCRIPT.constant("KNOBS")
 
 
 def test_the_knobs_the_lesson_lists_exist_in_triton():
@@ -124,7 +87,7 @@ def test_the_knobs_the_lesson_lists_exist_in_triton():
         for d in vars(type(g)).values()
         if isinstance(d, triton.knobs.env_base)
     }
-    for named in re.findall(r"``(TRITON_[A-Z_]+)", SOURCE):
+    for named in re.findall(r"``(TRITON_[A-Z_]+)", SCRIPT.text):
         assert named in keys, f"the lesson names {named}, which is not a knob"
     assert "MLIR_ENABLE_DUMP" not in keys and "MLIR_DUMP_PATH" not in keys
 

@@ -15,7 +15,6 @@ stand-in timer, so that the rows the lesson reads are checked on any machine.
 from __future__ import annotations
 
 import ast
-import importlib.util
 import inspect
 import re
 import textwrap
@@ -23,16 +22,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from lesson_source import LessonSource, write_module
 
 import tilebook
 from tilebook.bench import RECORDS_DIR, load_record
 from tilebook.exercises import check, check_elementwise
 from tilebook.experiments import memory_access as experiment
 
-ROOT = Path(__file__).parents[1]
-LESSON = ROOT / "gallery" / "02_the_dsl" / "04_pointers_masks_strides.py"
-SOURCE = LESSON.read_text()
-TREE = ast.parse(SOURCE)
+SCRIPT = LessonSource(4)
 LIFTED = [
     "load_block_kernel",
     "strided_copy_kernel",
@@ -49,31 +46,10 @@ HEAD = (
 )
 
 
-def _top_level(name: str) -> ast.stmt:
-    found = [n for n in TREE.body if isinstance(n, ast.FunctionDef) and n.name == name]
-    assert len(found) == 1, f"lesson 04 defines {name!r} {len(found)} times at top level"
-    return found[0]
-
-
-def _source(name: str) -> str:
-    node = _top_level(name)
-    start = min([node.lineno] + [d.lineno for d in node.decorator_list])
-    return "\n".join(SOURCE.splitlines()[start - 1 : node.end_lineno])
-
-
-def _import(path: Path, text: str):
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def lesson(tmp_path_factory):
     """The lifted definitions as a module (an importable file, as Triton needs source)."""
-    body = "\n\n\n".join(_source(name) for name in LIFTED)
-    return _import(tmp_path_factory.mktemp("lesson04") / "lesson04_lifted.py", HEAD + body + "\n")
+    return SCRIPT.lift(LIFTED, tmp_path_factory.mktemp("lesson04"), HEAD)
 
 
 def _body(fn_source: str) -> list[str]:
@@ -85,7 +61,7 @@ def _body(fn_source: str) -> list[str]:
 def test_the_lesson_kernels_are_the_measured_kernels(name):
     package = textwrap.dedent(inspect.getsource(getattr(experiment, name).fn))
     package = package[package.index("def ") :]
-    assert _body(_source(name)) == _body(package)
+    assert _body(SCRIPT.source(name)) == _body(package)
 
 
 # Triton 3.8 deprecates tl.make_block_ptr (the lesson says so and silences it too).
@@ -140,7 +116,7 @@ def test_descriptors_refuse_what_the_copy_engine_cannot_read():
 
 def _exercises() -> dict[int, list[str]]:
     """The code blocks of each "Try this" exercise, in order, as runnable text."""
-    text = SOURCE[SOURCE.index("# Try this") :]
+    text = SCRIPT.text[SCRIPT.text.index("# Try this") :]
     lines = [re.sub(r"^# ?", "", line) for line in text.splitlines()]
     found: dict[int, list[str]] = {}
     number, block, indent = None, None, 0
@@ -177,7 +153,9 @@ def blocks():
 
 def _exercise(path: Path, *code: str):
     """The exercise's code as a module, after the lesson's names it may use."""
-    return _import(path, EXERCISE_HEAD + _source("scale_2d_kernel") + "\n\n\n" + "\n".join(code))
+    return write_module(
+        path, EXERCISE_HEAD + SCRIPT.source("scale_2d_kernel") + "\n\n\n" + "\n".join(code)
+    )
 
 
 def test_exercise_1_flip_passes_the_checker(blocks, tmp_path):
@@ -196,10 +174,12 @@ def test_exercise_2_transpose_passes_the_checker(blocks, tmp_path):
 
 def test_exercise_3_the_checker_finds_the_missing_row_mask(tmp_path, lesson):
     """The answer the lesson gives: writes past the end, and only for ragged M."""
-    kernel = _source("scale_2d_kernel")
+    kernel = SCRIPT.source("scale_2d_kernel")
     assert "(rows[:, None] < M) & " in kernel
     broken = kernel.replace("(rows[:, None] < M) & ", "")
-    mod = _import(tmp_path / "ex3.py", HEAD + broken + "\n\n\n" + _source("scale_2d") + "\n")
+    mod = write_module(
+        tmp_path / "ex3.py", HEAD + broken + "\n\n\n" + SCRIPT.source("scale_2d") + "\n"
+    )
 
     def my_scale(x, out):
         m, n = x.shape
@@ -236,7 +216,7 @@ def test_exercise_5_kernel_compiles_for_hopper(blocks, tmp_path):
     from tilebook.aot import compile_kernel
 
     (solution,) = blocks[5]
-    mod = _import(tmp_path / "ex5_aot.py", HEAD + solution.split("def my_scale")[0])
+    mod = write_module(tmp_path / "ex5_aot.py", HEAD + solution.split("def my_scale")[0])
     sig = {"x_ptr": "*fp32", "out_ptr": "*fp32", "M": "i32", "N": "i32", "sxm": "i32"}
     sig.update(som="i32", alpha="fp32")
     k = compile_kernel(mod.scale_tma_kernel, sig, {"BLOCK_M": 64, "BLOCK_N": 64}, arch=90)
@@ -257,7 +237,7 @@ def test_exercise_4_answer_is_the_model_s():
 
 
 def test_lesson_measures_through_the_experiment():
-    calls = {ast.unparse(n.func) for n in ast.walk(TREE) if isinstance(n, ast.Call)}
+    calls = {ast.unparse(n.func) for n in ast.walk(SCRIPT.tree) if isinstance(n, ast.Call)}
     assert "experiment.strides" in calls and "experiment.views" in calls
     assert not {"measure", "measure_interleaved", "compare", "do_bench"} & calls
 
@@ -300,7 +280,7 @@ def copy_ignoring_stride(x_ptr, out_ptr, n, stride, BLOCK_SIZE: tl.constexpr):
 
 def test_the_experiment_refuses_a_wrong_kernel(monkeypatch, tmp_path):
     monkeypatch.setattr(experiment, "compare", _stand_in_compare)
-    wrong = _import(tmp_path / "wrong_copy.py", HEAD + WRONG_COPY)
+    wrong = write_module(tmp_path / "wrong_copy.py", HEAD + WRONG_COPY)
     with pytest.raises(AssertionError, match="stride 2"):
         experiment.strides((1, 2), n=64, kernel=wrong.copy_ignoring_stride)
 

@@ -12,23 +12,19 @@ whole measurement on a GPU).
 from __future__ import annotations
 
 import ast
-import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
 import triton
 import triton.language as tl
+from lesson_source import LessonSource
 
 import tilebook
 from tilebook.aot import compile_many
 from tilebook.exercises import check
 from tilebook.experiments import dot as experiment
 
-ROOT = Path(__file__).parents[1]
-LESSON = ROOT / "gallery" / "02_the_dsl" / "05_dot_and_tensor_cores.py"
-SOURCE = LESSON.read_text()
-TREE = ast.parse(SOURCE)
+SCRIPT = LessonSource(5)
 LIFTED = [
     "tile_dot_kernel",
     "tile_dot",
@@ -47,26 +43,16 @@ LIFTED = [
 
 
 def _source(name: str) -> str:
-    found = [
-        n
-        for n in TREE.body
-        if (isinstance(n, ast.FunctionDef) and n.name == name)
-        or (
-            isinstance(n, ast.Assign | ast.Expr)
-            and name in {t.id for t in getattr(n, "targets", []) if isinstance(t, ast.Name)}
-        )
-    ]
+    """Every top-level definition of ``name`` (one at least); ``TL`` with the
+    ``TL.update(...)`` calls that extend it."""
+    found = SCRIPT.nodes(name)
     assert found, f"lesson 05 defines no {name!r} at top level"
-    lines = SOURCE.splitlines()
-    out = []
-    for node in found:
-        start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-        out.append("\n".join(lines[start - 1 : node.end_lineno]))
-    extra = [n for n in TREE.body if isinstance(n, ast.Expr) and name == "TL"]
-    for node in extra:  # TL.update(...) follows TL
-        text = ast.get_source_segment(SOURCE, node)
-        if text.startswith("TL.update"):
-            out.append(text)
+    out = [SCRIPT.segment(node) for node in found]
+    if name == "TL":
+        for node in SCRIPT.tree.body:
+            text = ast.get_source_segment(SCRIPT.text, node)
+            if isinstance(node, ast.Expr) and text.startswith("TL.update"):
+                out.append(text)
     return "\n".join(out)
 
 
@@ -79,13 +65,7 @@ def lesson(tmp_path_factory):
         "from triton.backends.nvidia.compiler import min_dot_size\n"
         "from tilebook.experiments import dot as experiment\n\n"
     )
-    body = "\n\n".join(_source(n) for n in LIFTED)
-    path = tmp_path_factory.mktemp("lesson05") / "lesson05_lifted.py"
-    path.write_text(head + body + "\n")
-    spec = importlib.util.spec_from_file_location("lesson05_lifted", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return SCRIPT.lift(LIFTED, tmp_path_factory.mktemp("lesson05"), head, source=_source)
 
 
 def _rel(x, exact):

@@ -12,25 +12,21 @@ compiled ``tl.sum`` has the three levels the lesson counts.
 from __future__ import annotations
 
 import ast
-import importlib.util
 import inspect
 import math
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
 import triton
 import triton.language as tl
+from lesson_source import LessonSource
 
 from tilebook.exercises import check
 from tilebook.experiments import reductions as experiment
 from tilebook.ops import softmax as sm
 
-ROOT = Path(__file__).parents[1]
-LESSON = ROOT / "gallery" / "02_the_dsl" / "06_reductions_online_softmax.py"
-SOURCE = LESSON.read_text()
-TREE = ast.parse(SOURCE)
+SCRIPT = LessonSource(6)
 LIFTED = [
     "row_reduce_kernel",
     "row_reduce",
@@ -51,24 +47,11 @@ LIFTED = [
 ]
 
 
-def _source(name: str) -> str:
-    found = [n for n in TREE.body if isinstance(n, ast.FunctionDef) and n.name == name]
-    assert len(found) == 1, f"lesson 06 defines {name!r} {len(found)} times at top level"
-    node = found[0]
-    start = min([node.lineno] + [d.lineno for d in node.decorator_list])
-    return "\n".join(SOURCE.splitlines()[start - 1 : node.end_lineno])
-
-
 @pytest.fixture(scope="module")
 def lesson(tmp_path_factory):
     """The lifted definitions as a module (an importable file, as Triton needs source)."""
     head = "import torch\nimport triton\nimport triton.language as tl\n\n"
-    path = tmp_path_factory.mktemp("lesson06") / "lesson06_lifted.py"
-    path.write_text(head + "\n\n".join(_source(n) for n in LIFTED) + "\n")
-    spec = importlib.util.spec_from_file_location("lesson06_lifted", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return SCRIPT.lift(LIFTED, tmp_path_factory.mktemp("lesson06"), head)
 
 
 @pytest.mark.parametrize("cols", [1, 5, 33])
@@ -131,7 +114,9 @@ def _statements(fn) -> list[str]:
 
 def test_the_online_loop_is_the_package_s_first_walk():
     """The recurrence lines of the lesson's loop appear, in order, in the package's kernel."""
-    (loop,) = [n for n in ast.walk(ast.parse(_source("online_kernel"))) if isinstance(n, ast.For)]
+    (loop,) = [
+        n for n in ast.walk(ast.parse(SCRIPT.source("online_kernel"))) if isinstance(n, ast.For)
+    ]
     ours = [ast.unparse(s) for s in loop.body if isinstance(s, ast.Assign)]
     recurrence = ours[ours.index("m_new = tl.maximum(m, tl.max(x, axis=0))") :]
     package = _statements(sm.softmax_fwd_online_kernel.fn)
@@ -140,7 +125,7 @@ def test_the_online_loop_is_the_package_s_first_walk():
 
 
 def test_lesson_times_through_the_experiment():
-    calls = {ast.unparse(n.func) for n in ast.walk(TREE) if isinstance(n, ast.Call)}
+    calls = {ast.unparse(n.func) for n in ast.walk(SCRIPT.tree) if isinstance(n, ast.Call)}
     assert {"experiment.contention", "experiment.repeatability"} <= calls
     assert not {"measure", "measure_interleaved", "compare"} & calls
 

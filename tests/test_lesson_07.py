@@ -12,7 +12,6 @@ the same kernel without the 64-bit flag, and the lesson and
 from __future__ import annotations
 
 import ast
-import importlib.util
 import inspect
 import textwrap
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from exercise_blocks import exercise_blocks, exercise_text, run_blocks
+from lesson_source import LessonSource
 
 import tilebook
 from tilebook.bench import RECORDS_DIR, load_record
@@ -28,27 +28,8 @@ from tilebook.experiments import vector_add as experiment
 from tilebook.ops import vector_add as va
 
 ROOT = Path(__file__).parents[1]
-LESSON = ROOT / "gallery" / "03_real_kernels" / "07_vector_add.py"
-SOURCE = LESSON.read_text()
-TREE = ast.parse(SOURCE)
+SCRIPT = LessonSource(7)
 LIFTED = ["plain_add_kernel", "add", "add_kernel", "vector_add"]
-
-
-def _top_level(name: str) -> ast.stmt:
-    found = [
-        n
-        for n in TREE.body
-        if isinstance(n, ast.FunctionDef | ast.Assign)
-        and name in ([n.name] if isinstance(n, ast.FunctionDef) else [t.id for t in n.targets])
-    ]
-    assert len(found) == 1, f"lesson 07 defines {name!r} {len(found)} times at top level"
-    return found[0]
-
-
-def _source(name: str) -> str:
-    node = _top_level(name)
-    start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-    return "\n".join(SOURCE.splitlines()[start - 1 : node.end_lineno])
 
 
 @pytest.fixture(scope="module")
@@ -58,34 +39,21 @@ def lesson(tmp_path_factory):
         "import torch\nimport triton\nimport triton.language as tl\n"
         "from tilebook.ops.vector_add import DEFAULT_CONFIG\n\n"
     )
-    body = []
-    for name in LIFTED:
-        body.append(_source(name))
-        if name == "add_kernel":  # the lesson's one-config autotuner, as the lesson builds it
-            body.append(_source("tuned_add_kernel"))
-    path = tmp_path_factory.mktemp("lesson07") / "lesson07_lifted.py"
-    path.write_text(head + "\n\n".join(body) + "\n")
-    spec = importlib.util.spec_from_file_location("lesson07_lifted", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _body(fn_source: str) -> list[str]:
-    """The statements of a kernel, without its signature or comments."""
-    (node,) = ast.parse(textwrap.dedent(fn_source)).body
-    return [ast.unparse(s) for s in node.body]
+    # after add_kernel, the lesson's one-config autotuner, as the lesson builds it
+    at = LIFTED.index("add_kernel") + 1
+    names = [*LIFTED[:at], "tuned_add_kernel", *LIFTED[at:]]
+    return SCRIPT.lift(names, tmp_path_factory.mktemp("lesson07"), head)
 
 
 def test_the_final_kernel_is_the_package_kernel():
     package = textwrap.dedent(inspect.getsource(va.add_kernel.fn))
     package = package[package.index("@triton.jit") :]
-    assert _source("add_kernel").strip() == package.strip()
+    assert SCRIPT.source("add_kernel").strip() == package.strip()
 
 
 def test_the_teaching_kernel_is_the_final_one_without_the_64_bit_flag():
-    plain = _body(_source("plain_add_kernel"))
-    final = _body(_source("add_kernel"))
+    plain = SCRIPT.body("plain_add_kernel")
+    final = SCRIPT.body("add_kernel")
     flag = [s for s in final if s.startswith("if INT64_OFFSETS")]
     assert len(flag) == 1
     assert [s for s in final if s not in flag] == plain
@@ -147,7 +115,7 @@ def _calls(tree: ast.AST) -> set[str]:
 
 
 def test_lesson_and_benchmark_share_one_definition():
-    lesson = _calls(TREE)
+    lesson = _calls(SCRIPT.tree)
     bench = _calls(ast.parse((ROOT / "benchmarks" / "vector_add.py").read_text()))
     for fn in ("experiment.sizes", "experiment.launch_settings"):
         assert fn in lesson, fn
@@ -207,8 +175,8 @@ EXERCISE_HEAD = (
 
 
 def test_exercise_1_axpy_solution_passes_its_check(tmp_path):
-    (solution,) = exercise_blocks(SOURCE)[1]
-    said = " ".join(exercise_text(SOURCE, 1).split())
+    (solution,) = exercise_blocks(SCRIPT.text)[1]
+    said = " ".join(exercise_text(SCRIPT.text, 1).split())
     assert "``check_elementwise(axpy, lambda x, y: 2.5 * x + y, block=1024)``" in said
     mod = run_blocks(tmp_path / "ex1_axpy.py", EXERCISE_HEAD, solution)
     (verdict,) = mod.PRINTED
@@ -224,7 +192,7 @@ def test_exercise_1_axpy_solution_passes_its_check(tmp_path):
 
 
 def test_exercise_2_the_checker_says_why_block_1000_fails(lesson):
-    text = " ".join(exercise_text(SOURCE, 2).split())
+    text = " ".join(exercise_text(SCRIPT.text, 2).split())
     assert "``check_elementwise(lambda x, y: add(x, y, block_size=1000), torch.add)``" in text
     verdict = check_elementwise(lambda x, y: lesson.add(x, y, block_size=1000), torch.add)
     assert verdict.kinds() == {"raised"}, str(verdict)
