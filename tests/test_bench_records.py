@@ -174,3 +174,21 @@ def test_benchmark_header_and_save_on_a_gpu(tmp_path, monkeypatch, capsys):
     saved = json.loads(path.read_text())
     assert path.parent == tmp_path and saved["name"] == "bench_probe"
     assert saved["rows"] == rows and saved["provenance"]["copy_gbps"] > 100
+
+
+def test_plot_caption_fits_inside_the_figure():
+    """A live record's caption (GPU, versions, date, a 40-character commit) is wrapped to
+    the figure's width: nothing of it is cut off at the edge."""
+    rec = _gpu_record(True)
+    rec.provenance["commit"] = "7b3f75d89b87b78500f7e9ba29baa373471e27f1+dirty"
+    rec.provenance["torch"] = "2.11.0+cu130"
+    rec.provenance["gpu"] = "NVIDIA H100 80GB HBM3 (a long name: another GPU's may be longer)"
+    assert rec.caption().endswith("commit 7b3f75d89b87+dirty")
+    fig = plot_record(rec, x="n", y="gbps", series="impl", title="t")
+    fig.canvas.draw()
+    (caption,) = [t for t in fig.texts if "measured live" in t.get_text()]
+    box, frame = caption.get_window_extent(), fig.bbox
+    assert frame.x0 <= box.x0 and box.x1 <= frame.x1, (box, frame)
+    assert box.y0 >= frame.y0
+    # the axes' labels stay above the caption
+    assert fig.axes[0].get_tightbbox().y0 >= box.y1 - 1

@@ -248,6 +248,13 @@ def provenance() -> dict[str, Any]:
     return info
 
 
+def _short_commit(commit: str) -> str:
+    """A commit as git's 12-character short form (a caption has no room for 40), keeping
+    a ``+dirty`` mark."""
+    sha, plus, rest = commit.partition("+")
+    return sha[:12] + plus + rest
+
+
 def benchmark_header() -> dict[str, Any] | None:
     """How every script of ``benchmarks/`` starts: print tilebook's banner and, on a
     GPU, one line naming it (SMs, versions, the copy ceiling); return the
@@ -297,7 +304,7 @@ class Record:
         if p.get("cuda"):
             versions += f", CUDA {p['cuda']}"
         verb = "measured live on" if self.live else "recorded on"
-        commit = f", commit {p['commit']}" if p.get("commit") else ""
+        commit = f", commit {_short_commit(str(p['commit']))}" if p.get("commit") else ""
         return f"{verb} {where}, {versions}, {date}{commit}"
 
     def select(self, **where: Any) -> list[dict[str, Any]]:

@@ -73,6 +73,20 @@ def _spread(row: dict[str, Any], y: str) -> tuple[float, float] | None:
     return None
 
 
+#: Font size (points) of the provenance caption under a plot.
+CAPTION_FONTSIZE = 7.5
+
+
+def _caption_lines(text: str, fig_width_in: float, fontsize: float) -> list[str]:
+    """The caption cut into lines that fit the figure's width: an average character
+    of the default sans-serif font (digits included) is at most about 0.62 of the
+    font size wide."""
+    import textwrap
+
+    per_line = max(20, int(fig_width_in * 72 / (0.62 * fontsize)) - 2)
+    return textwrap.wrap(text, per_line, break_on_hyphens=False) or [""]
+
+
 def plot_record(
     record: Record | None,
     *,
@@ -138,6 +152,12 @@ def plot_record(
         ax.set_title(title or record.title)
         if series or ceiling is not None:
             ax.legend(loc="best")
-        fig.text(0.01, 0.005, record.caption(), fontsize=7.5, color="0.35", ha="left", va="bottom")
-        fig.tight_layout(rect=(0, 0.04, 1, 1))
+        lines = _caption_lines(record.caption(), fig.get_figwidth(), CAPTION_FONTSIZE)
+        fig.text(
+            0.01, 0.005, "\n".join(lines),
+            fontsize=CAPTION_FONTSIZE, color="0.35", ha="left", va="bottom",
+        )  # fmt: skip
+        # Room at the bottom for the caption's lines (a line is about 1.25 font sizes).
+        line = 1.25 * CAPTION_FONTSIZE / (72 * fig.get_figheight())
+        fig.tight_layout(rect=(0, 0.01 + line * len(lines), 1, 1))
     return fig
