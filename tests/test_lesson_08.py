@@ -8,7 +8,6 @@ out of the script (by their source) into a small module and check them.
 from __future__ import annotations
 
 import ast
-import importlib.util
 import inspect
 import json
 import re
@@ -19,15 +18,14 @@ from pathlib import Path
 import pytest
 import torch
 from exercise_blocks import exercise_blocks, exercise_intro, exercise_text, run_blocks
+from lesson_source import LessonSource
 
 import tilebook
 from tilebook.bench import RECORDS_DIR
 from tilebook.experiments import linear_act as experiment
 from tilebook.ops import epilogue as package_epilogue
 
-LESSON = Path(__file__).parents[1] / "gallery" / "03_real_kernels" / "08_linear_act.py"
-SOURCE = LESSON.read_text()
-TREE = ast.parse(SOURCE)
+SCRIPT = LessonSource(8)
 
 #: The lesson's definitions the tests lift out, in lesson order.
 LIFTED = [
@@ -52,38 +50,15 @@ LIFTED = [
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
 
 
-def _node(name: str) -> ast.stmt:
-    def defines(node: ast.stmt) -> bool:
-        if isinstance(node, ast.FunctionDef):
-            return node.name == name
-        if isinstance(node, ast.Assign):
-            return any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
-        return False
-
-    found = [node for node in TREE.body if defines(node)]
-    assert len(found) == 1, f"{name}: {len(found)} top-level definitions in the lesson"
-    return found[0]
-
-
-def _with_decorators(node: ast.stmt) -> str:
-    lines = SOURCE.splitlines()
-    first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-    return "\n".join(lines[first - 1 : node.end_lineno])
-
-
 @pytest.fixture(scope="module")
 def lesson(tmp_path_factory):
     """The lifted definitions as an importable module (Triton needs their source)."""
     header = "import tilebook\nimport torch\nimport triton\nimport triton.language as tl\n"
-    body = "\n\n\n".join(_with_decorators(_node(n)) for n in LIFTED)
-    path = tmp_path_factory.mktemp("lesson08") / "lesson08_lifted.py"
-    path.write_text(header + "\n\n" + body + "\n")
-    spec = importlib.util.spec_from_file_location("lesson08_lifted", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    folder = tmp_path_factory.mktemp("lesson08")
+    # registered: the interpreter looks kernels' globals up in sys.modules
+    module = SCRIPT.lift(LIFTED, folder, header + "\n\n", register=True)
     yield module
-    del sys.modules[spec.name]
+    del sys.modules[module.__name__]
 
 
 def _python_function(obj):
@@ -98,7 +73,7 @@ def test_lesson_shows_the_package_epilogue(name):
     the code itself (names, constants, branches) fails."""
     src = textwrap.dedent(inspect.getsource(_python_function(getattr(package_epilogue, name))))
     package = ast.parse(src).body[0]
-    shown = _node(name)
+    shown = SCRIPT.node(name)
     assert ast.dump(shown) == ast.dump(package), (
         f"{name} differs from tilebook.ops.epilogue.{name}:\n"
         f"--- lesson\n{ast.unparse(shown)}\n--- package\n{ast.unparse(package)}"
@@ -117,10 +92,10 @@ def test_teaching_kernel_takes_all_of_k_in_one_dot():
     """One step past lesson 07: no loop over K (that is lesson 09's), one tl.dot, one
     store; and the final kernel ends in the package's epilogue."""
     for name in ("linear_act_kernel", "linear_epilogue_kernel"):
-        code = ast.get_source_segment(SOURCE, _node(name))
+        code = ast.get_source_segment(SCRIPT.text, SCRIPT.node(name))
         assert code.count("tl.dot(") == 1 and code.count("tl.store(") == 1, name
-        assert not any(isinstance(n, ast.For | ast.While) for n in ast.walk(_node(name)))
-    final = ast.get_source_segment(SOURCE, _node("linear_epilogue_kernel"))
+        assert not any(isinstance(n, ast.For | ast.While) for n in ast.walk(SCRIPT.node(name)))
+    final = ast.get_source_segment(SCRIPT.text, SCRIPT.node("linear_epilogue_kernel"))
     assert final.count("epilogue(") == 1
 
 
@@ -161,11 +136,11 @@ def test_byte_count():
 
 
 def test_lesson_links_and_exercises():
-    assert ":mod:`tilebook.ops.epilogue`" in SOURCE
-    assert ":func:`tilebook.linear_act`" in SOURCE
-    names = re.findall(r'record_or_measure\(\s*"([^"]+)"', SOURCE)
+    assert ":mod:`tilebook.ops.epilogue`" in SCRIPT.text
+    assert ":func:`tilebook.linear_act`" in SCRIPT.text
+    names = re.findall(r'record_or_measure\(\s*"([^"]+)"', SCRIPT.text)
     assert names and all(n.startswith("lesson08_") for n in names), names
-    tail = SOURCE[SOURCE.index("# Try this") :]
+    tail = SCRIPT.text[SCRIPT.text.index("# Try this") :]
     exercises = re.findall(r"^# (\d+)\. ", tail, flags=re.M)
     assert len(exercises) >= 3
     assert tail.count(".. dropdown:: Solution") == len(exercises)
@@ -212,7 +187,7 @@ def test_fusion_record_covers_the_page():
 
 
 def _said(number: int) -> str:
-    return " ".join(exercise_text(SOURCE, number).split())
+    return " ".join(exercise_text(SCRIPT.text, number).split())
 
 
 def _inline(text: str) -> list[str]:
@@ -222,14 +197,14 @@ def _inline(text: str) -> list[str]:
 def _exercise_run(path: Path, *code: str, change: tuple[str, str] = ("", "")):
     """The lesson's kernels and launchers (with ``change`` made), the exercises' cases,
     then ``code``; what it prints is in ``PRINTED``."""
-    (cases,) = [c for c in _inline(exercise_intro(SOURCE)) if c.startswith("cases = ")]
+    (cases,) = [c for c in _inline(exercise_intro(SCRIPT.text)) if c.startswith("cases = ")]
     head = (
         "import torch\nimport triton\nimport triton.language as tl\nimport tilebook\n"
         "from tilebook import exercises\n"
         "from tilebook.experiments import linear_act as experiment\n\n"
         "DEVICE = tilebook.device()\n"
     )
-    body = "\n\n\n".join(_with_decorators(_node(n)) for n in LIFTED)
+    body = "\n\n\n".join(SCRIPT.source(n) for n in LIFTED)
     assert change[0] in body
     return run_blocks(path, head, body.replace(*change), cases, *code)
 
@@ -240,9 +215,9 @@ def _check_line(number: int) -> str:
 
 
 def test_exercise_1_relu2_solution_passes_its_check(tmp_path):
-    (branch,) = exercise_blocks(SOURCE)[1]
+    (branch,) = exercise_blocks(SCRIPT.text)[1]
     tail = '    elif ACTIVATION == "silu":\n        x = x * tl.sigmoid(x)\n    return x'
-    assert _with_decorators(_node("activation")).endswith(tail)
+    assert SCRIPT.source("activation").endswith(tail)
     code = tail.replace("    return x", textwrap.indent(branch, "    ") + "    return x")
     mod = _exercise_run(tmp_path / "ex1.py", _check_line(1), change=(tail, code))
     (verdict,) = mod.PRINTED
@@ -255,7 +230,7 @@ def test_exercise_1_relu2_solution_passes_its_check(tmp_path):
 
 def test_exercise_2_residual_solution_passes_its_check(tmp_path):
     (add,) = [c for c in _inline(_said(2)) if c.startswith("acc += tl.load(r_ptr")]
-    kernel = _with_decorators(_node("linear_act_kernel"))
+    kernel = SCRIPT.source("linear_act_kernel")
     kernel = kernel.replace("def linear_act_kernel(", "def residual_kernel(")
     param = '    ACTIVATION: tl.constexpr,  # "none", "relu", "gelu", "gelu_tanh" or "silu"\n'
     store = "    y_tile = y_ptr + offs_m[:, None] * N + offs_n[None, :]\n"

@@ -9,7 +9,6 @@ module, as for lesson 08: running the whole lesson takes a while.
 from __future__ import annotations
 
 import ast
-import importlib.util
 import inspect
 import json
 import math
@@ -17,20 +16,18 @@ import re
 import sys
 import textwrap
 import types
-from pathlib import Path
 
 import pytest
 import torch
 from exercise_blocks import exercise_text, run_blocks
+from lesson_source import LessonSource
 
 import tilebook
 from tilebook.bench import RECORDS_DIR
 from tilebook.experiments import matmul as experiment
 from tilebook.ops import matmul as mm
 
-LESSON = Path(__file__).parents[1] / "gallery" / "03_real_kernels" / "09_matmul.py"
-SOURCE = LESSON.read_text()
-TREE = ast.parse(SOURCE)
+SCRIPT = LessonSource(9)
 
 #: The kernels the lesson shows in full as the package's.
 SHOWN = ["tile_coords", "matmul_tma_kernel"]
@@ -51,25 +48,6 @@ LIFTED = [
 ]
 
 
-def _node(name: str) -> ast.stmt:
-    def defines(node: ast.stmt) -> bool:
-        if isinstance(node, ast.FunctionDef):
-            return node.name == name
-        if isinstance(node, ast.Assign):
-            return any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
-        return False
-
-    found = [node for node in TREE.body if defines(node)]
-    assert len(found) == 1, f"{name}: {len(found)} top-level definitions in the lesson"
-    return found[0]
-
-
-def _with_decorators(node: ast.stmt) -> str:
-    lines = SOURCE.splitlines()
-    first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-    return "\n".join(lines[first - 1 : node.end_lineno])
-
-
 @pytest.fixture(scope="module")
 def lesson(tmp_path_factory):
     header = textwrap.dedent(
@@ -86,15 +64,11 @@ def lesson(tmp_path_factory):
         N_SM = 4
         """
     )
-    body = "\n\n\n".join(_with_decorators(_node(n)) for n in LIFTED)
-    path = tmp_path_factory.mktemp("lesson09") / "lesson09_lifted.py"
-    path.write_text(header + "\n\n" + body + "\n")
-    spec = importlib.util.spec_from_file_location("lesson09_lifted", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # the interpreter looks kernels' globals up there
-    spec.loader.exec_module(module)
+    folder = tmp_path_factory.mktemp("lesson09")
+    # registered: the interpreter looks kernels' globals up in sys.modules
+    module = SCRIPT.lift(LIFTED, folder, header + "\n\n", register=True)
     yield module
-    del sys.modules[spec.name]
+    del sys.modules[module.__name__]
 
 
 def _python_function(obj):
@@ -108,7 +82,7 @@ def test_lesson_shows_the_package_kernel(name):
     """Compared as syntax trees: the lesson wraps lines and comments for the page."""
     src = textwrap.dedent(inspect.getsource(_python_function(getattr(mm, name))))
     package = ast.parse(src).body[0]
-    shown = _node(name)
+    shown = SCRIPT.node(name)
     assert ast.dump(shown) == ast.dump(package), (
         f"{name} differs from tilebook.ops.matmul.{name}:\n"
         f"--- lesson\n{ast.unparse(shown)}\n--- package\n{ast.unparse(package)}"
@@ -298,13 +272,13 @@ def test_records_cover_the_page(lesson):
 
 
 def test_exercise_3_the_checker_sees_a_missing_k_mask(tmp_path):
-    said = " ".join(exercise_text(SOURCE, 3).split())
+    said = " ".join(exercise_text(SCRIPT.text, 3).split())
     (line,) = [c for c in re.findall(r"``(.+?)``", said) if c.startswith("check(")]
     loads = (
         "a = tl.load(a_ptrs, mask=m_ok & k_ok[None, :], other=0.0)",
         "b = tl.load(b_ptrs, mask=k_ok[:, None] & n_ok, other=0.0)",
     )
-    kernel = _with_decorators(_node("tiled_matmul_kernel"))
+    kernel = SCRIPT.source("tiled_matmul_kernel")
     assert all(load in kernel for load in loads)
     head = (
         "import torch\nimport triton\nimport triton.language as tl\nimport tilebook\n"
@@ -313,7 +287,7 @@ def test_exercise_3_the_checker_sees_a_missing_k_mask(tmp_path):
         "DEVICE, FP16 = tilebook.device(), torch.float16\n"
     )
     names = ["tile_coords", "tiled_matmul_kernel", "cdiv", "matmul"]
-    body = "\n\n\n".join(_with_decorators(_node(n)) for n in names)
+    body = "\n\n\n".join(SCRIPT.source(n) for n in names)
     right = run_blocks(tmp_path / "ex3_right.py", head, body, f"print({line})")
     (verdict,) = right.PRINTED
     assert verdict.ok, str(verdict)

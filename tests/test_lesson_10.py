@@ -11,7 +11,6 @@ lesson and ``benchmarks/softmax.py`` must time through the one definition in
 from __future__ import annotations
 
 import ast
-import importlib.util
 import inspect
 import re
 import textwrap
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from exercise_blocks import exercise_text, run_blocks
+from lesson_source import LessonSource
 
 import tilebook
 from tilebook.bench import RECORDS_DIR, load_record
@@ -27,9 +27,7 @@ from tilebook.experiments import softmax as experiment
 from tilebook.ops import softmax as sm
 
 ROOT = Path(__file__).parents[1]
-LESSON = ROOT / "gallery" / "03_real_kernels" / "10_softmax.py"
-SOURCE = LESSON.read_text()
-TREE = ast.parse(SOURCE)
+SCRIPT = LessonSource(10)
 LIFTED = [
     "softmax_row_kernel",
     "ROW_WARPS",
@@ -45,31 +43,6 @@ LIFTED = [
 H100 = {"sm_threads": 2048, "sm_registers": 65536, "sm_shared": 233472, "sm_programs": 32}
 
 
-def _names(targets: list[ast.expr]) -> list[str]:
-    return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
-
-
-def _top_level(name: str) -> ast.stmt:
-    found = [
-        n
-        for n in TREE.body
-        if isinstance(n, ast.FunctionDef | ast.Assign)
-        and name in ([n.name] if isinstance(n, ast.FunctionDef) else _names(n.targets))
-    ]
-    assert len(found) == 1, f"lesson 10 defines {name!r} {len(found)} times at top level"
-    return found[0]
-
-
-def _source(name: str) -> str:
-    node = _top_level(name)
-    start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-    return "\n".join(SOURCE.splitlines()[start - 1 : node.end_lineno])
-
-
-def _constant(name: str):
-    return ast.literal_eval(_top_level(name).value)
-
-
 @pytest.fixture(scope="module")
 def lesson(tmp_path_factory):
     """The lifted definitions as a module (an importable file, as Triton needs source)."""
@@ -77,19 +50,13 @@ def lesson(tmp_path_factory):
         "import torch\nimport triton\nimport triton.language as tl\n"
         "import tilebook.ops.softmax as sm\n\n"
     )
-    body = "\n\n".join(_source(name) for name in LIFTED)
-    path = tmp_path_factory.mktemp("lesson10") / "lesson10_lifted.py"
-    path.write_text(head + body + "\n")
-    spec = importlib.util.spec_from_file_location("lesson10_lifted", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return SCRIPT.lift(LIFTED, tmp_path_factory.mktemp("lesson10"), head)
 
 
 def test_the_kernel_called_the_package_s_is_the_package_s():
     package = textwrap.dedent(inspect.getsource(sm.softmax_fwd_kernel.fn))
     package = package[package.index("@triton.jit") :]
-    assert _source("softmax_fwd_kernel").strip() == package.strip()
+    assert SCRIPT.source("softmax_fwd_kernel").strip() == package.strip()
 
 
 def _awkward(n_rows: int, n_cols: int, device) -> torch.Tensor:
@@ -147,7 +114,7 @@ def _calls(tree: ast.AST) -> set[str]:
 
 
 def test_lesson_and_benchmark_share_one_definition():
-    lesson = _calls(TREE)
+    lesson = _calls(SCRIPT.tree)
     for fn in ("xp.forward", "xp.backward", "xp.launches", "xp.binary"):
         assert fn in lesson, fn
     bench = ast.parse((ROOT / "benchmarks" / "softmax.py").read_text())
@@ -186,7 +153,7 @@ def _timed(rows: list[dict], passes: int) -> None:
 
 def test_forward_record_is_the_lesson_s_grid():
     rec = _record("lesson10_forward")
-    widths = _constant("WIDTHS")
+    widths = SCRIPT.constant("WIDTHS")
     assert rec.values("n") == widths
     fits = sm.ONLINE_THRESHOLD
     for n in widths:
@@ -197,7 +164,7 @@ def test_forward_record_is_the_lesson_s_grid():
 
 def test_backward_record():
     rec = _record("lesson10_backward")
-    assert rec.values("n") == [_constant("WIDTHS")[1], sm.ONLINE_THRESHOLD]
+    assert rec.values("n") == [SCRIPT.constant("WIDTHS")[1], sm.ONLINE_THRESHOLD]
     for n in rec.values("n"):
         assert rec.values("impl", n=n) == ["tilebook", "torch", "torch.compile"]
     _timed(rec.rows, 3)
@@ -205,8 +172,8 @@ def test_backward_record():
 
 def test_binaries_record_matches_the_configurations(lesson):
     rec = _record("lesson10_binaries")
-    fits, long = sm.ONLINE_THRESHOLD, _constant("WIDTHS")[-1]
-    assert rec.one(impl="one row a program", n=fits)["num_warps"] == _constant("ROW_WARPS")
+    fits, long = sm.ONLINE_THRESHOLD, SCRIPT.constant("WIDTHS")[-1]
+    assert rec.one(impl="one row a program", n=fits)["num_warps"] == SCRIPT.constant("ROW_WARPS")
     assert rec.one(impl="single pass always", n=long)["num_warps"] == 32
     for r in rec.select(impl="tilebook"):
         assert r["num_warps"] == sm.pick_config(r["n"]).num_warps
@@ -261,7 +228,7 @@ ROW_KERNEL = ("    e = tl.exp(x - tl.max(x, axis=0))\n", "    y = e / tl.sum(e, 
 
 
 def _said(number: int) -> str:
-    return " ".join(exercise_text(SOURCE, number).split())
+    return " ".join(exercise_text(SCRIPT.text, number).split())
 
 
 def _inline(text: str) -> list[str]:
@@ -279,7 +246,7 @@ def _exercise_module(path: Path, *extra: str, change: tuple[str, str] = ("", "")
     )
     names = ["softmax_row_kernel", "ROW_WARPS", "softmax_rows", "softmax_online_kernel"]
     names += ["softmax_online", "CHUNK", "awkward"]
-    body = "\n\n".join(_source(name) for name in names)
+    body = "\n\n".join(SCRIPT.source(name) for name in names)
     assert change[0] in body
     body = body.replace(*change)
     return run_blocks(path, head + body, "cases = [(awkward(torch.float32),)]", *extra)
@@ -292,7 +259,7 @@ def _check_line(number: int) -> str:
 
 
 def test_the_exercises_cases_are_the_lesson_s():
-    intro = " ".join(SOURCE[SOURCE.index("# Try this") :].split("# 1. ")[0].split())
+    intro = " ".join(SCRIPT.text[SCRIPT.text.index("# Try this") :].split("# 1. ")[0].split())
     assert "``cases = [(awkward(torch.float32),)]``" in intro
 
 
@@ -322,7 +289,7 @@ def test_exercise_1_the_checker_names_the_rows_a_skipped_rescale_breaks(tmp_path
 
 def test_exercise_2_log_softmax_solution_passes_its_check(tmp_path):
     z, y = (c for c in _inline(_said(2)) if c.startswith(("z = ", "y = ")))
-    kernel = _source("softmax_row_kernel").replace("softmax_row_kernel", "log_softmax_kernel")
+    kernel = SCRIPT.source("softmax_row_kernel").replace("softmax_row_kernel", "log_softmax_kernel")
     assert all(line in kernel for line in ROW_KERNEL)
     kernel = kernel.replace(ROW_KERNEL[0], f"    {z}\n").replace(ROW_KERNEL[1], f"    {y}\n")
     mod = _exercise_module(tmp_path / "ex2.py", kernel, _check_line(2))
@@ -332,7 +299,7 @@ def test_exercise_2_log_softmax_solution_passes_its_check(tmp_path):
 
 def test_exercise_3_temperature_solution_passes_its_check(tmp_path):
     (load,) = [c for c in _inline(_said(3)) if c.startswith("x = x.to(")]
-    kernel = _source("softmax_row_kernel").replace("softmax_row_kernel", "softmax_t_kernel")
+    kernel = SCRIPT.source("softmax_row_kernel").replace("softmax_row_kernel", "softmax_t_kernel")
     kernel = kernel.replace("stride_y, BLOCK_N", "stride_y, inv_t, BLOCK_N")
     assert kernel.count("    x = x.to(tl.float32)\n") == 1
     kernel = kernel.replace("    x = x.to(tl.float32)\n", f"    {load}\n")

@@ -12,7 +12,6 @@ checked against :mod:`tilebook.ops.rms_norm`, and the lesson and
 from __future__ import annotations
 
 import ast
-import importlib.util
 import re
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import pytest
 import torch
 import triton
 from exercise_blocks import exercise_blocks, exercise_intro, exercise_text, run_blocks
+from lesson_source import LessonSource
 
 import tilebook
 from tilebook import bench
@@ -29,36 +29,13 @@ from tilebook.experiments import rms_norm as exp
 from tilebook.ops import rms_norm as op
 
 ROOT = Path(__file__).parents[1]
-LESSON = ROOT / "gallery" / "03_real_kernels" / "11_rms_norm.py"
-SOURCE = LESSON.read_text()
-TREE = ast.parse(SOURCE)
+SCRIPT = LessonSource(11)
 LIFTED = ["fwd_kernel", "warps_for", "forward", "bwd_kernel", "backward", "grid_for"]
 LIFTED += ["lesson_bwd", "bwd_kernel_bf16"]
 
 
-def _top_level(name: str) -> ast.stmt:
-    found = [n for n in TREE.body if isinstance(n, ast.FunctionDef) and n.name == name]
-    assert len(found) == 1, f"lesson 11 defines {name!r} {len(found)} times at top level"
-    return found[0]
-
-
-def _source(name: str) -> str:
-    node = _top_level(name)
-    start = min([node.lineno] + [d.lineno for d in node.decorator_list])
-    return "\n".join(SOURCE.splitlines()[start - 1 : node.end_lineno])
-
-
-def _constant(name: str):
-    (node,) = [
-        n
-        for n in TREE.body
-        if isinstance(n, ast.Assign) and [ast.unparse(t) for t in n.targets] == [name]
-    ]
-    return ast.literal_eval(node.value)
-
-
-HIDDEN = _constant("HIDDEN")
-WRONG = _constant("WRONG")
+HIDDEN = SCRIPT.constant("HIDDEN")
+WRONG = SCRIPT.constant("WRONG")
 
 
 @pytest.fixture(scope="module")
@@ -70,13 +47,7 @@ def lesson(tmp_path_factory):
         "from tilebook.ops import rms_norm as package\n\n"
         f"EPS = {exp.EPS!r}\nSM_COUNT = {sm_count}\n\n"
     )
-    body = "\n\n\n".join(_source(name) for name in LIFTED)
-    path = tmp_path_factory.mktemp("lesson11") / "lesson11_lifted.py"
-    path.write_text(head + body + "\n")
-    spec = importlib.util.spec_from_file_location("lesson11_lifted", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return SCRIPT.lift(LIFTED, tmp_path_factory.mktemp("lesson11"), head)
 
 
 def _close(got, want, dtype):
@@ -125,8 +96,8 @@ def test_the_backward_rejects_what_it_cannot_read(lesson, device):
 
 
 def test_the_bf16_kernel_differs_only_in_the_marked_lines():
-    plain = _source("bwd_kernel").splitlines()[2:]
-    bf16 = _source("bwd_kernel_bf16").splitlines()[2:]
+    plain = SCRIPT.source("bwd_kernel").splitlines()[2:]
+    bf16 = SCRIPT.source("bwd_kernel_bf16").splitlines()[2:]
     assert len(plain) == len(bf16)
     changed = [b for a, b in zip(plain, bf16, strict=True) if a != b]
     marked = [b for b in bf16 if b.endswith("# bf16")]
@@ -210,7 +181,7 @@ def test_the_package_kernels_the_lesson_names(monkeypatch, device):
         launched.clear()
         op.launch_rms_norm_bwd(dy, x, w, rstd)
         assert launched == bwd
-    linked = set(re.findall(r"tilebook\.ops\.rms_norm\.(\w+)", SOURCE))
+    linked = set(re.findall(r"tilebook\.ops\.rms_norm\.(\w+)", SCRIPT.text))
     assert linked and linked <= set(op.__all__), linked - set(op.__all__)
 
 
@@ -219,12 +190,12 @@ def _calls(tree: ast.AST) -> set[str]:
 
 
 def test_lesson_and_benchmark_share_one_definition():
-    lesson = _calls(TREE)
+    lesson = _calls(SCRIPT.tree)
     bench_calls = _calls(ast.parse((ROOT / "benchmarks" / "rms_norm.py").read_text()))
     assert {"exp.kernels", "exp.versus", "exp.ops"} <= lesson
     assert {"exp.versus", "exp.ops"} <= bench_calls
     assert "package.launch_rms_norm_fwd" in lesson
-    assert "package.launch_rms_norm_bwd" in {ast.unparse(n) for n in ast.walk(TREE)}
+    assert "package.launch_rms_norm_bwd" in {ast.unparse(n) for n in ast.walk(SCRIPT.tree)}
     for calls in (lesson, bench_calls):
         assert not {"measure_interleaved", "compare", "bench.compare"} & calls
 
@@ -301,14 +272,14 @@ def test_the_lesson_is_in_the_lesson_form():
     sys.path.insert(0, str(ROOT / "tests"))
     from lesson_form import check_lesson
 
-    assert [str(p) for p in check_lesson(LESSON)] == []
+    assert [str(p) for p in check_lesson(SCRIPT.path)] == []
 
 
 # ----------------------------------------------------------------------------- exercises
 
 
 def _said(number: int) -> str:
-    return " ".join(exercise_text(SOURCE, number).split())
+    return " ".join(exercise_text(SCRIPT.text, number).split())
 
 
 def _check_line(number: int) -> str:
@@ -318,7 +289,7 @@ def _check_line(number: int) -> str:
 
 
 def _exercise_module(path: Path, *code: str, names=("fwd_kernel", "warps_for", "forward")):
-    intro = exercise_intro(SOURCE)
+    intro = exercise_intro(SCRIPT.text)
     (cases,) = [c for c in re.findall(r"``(.+?)``", intro) if c.startswith("cases = ")]
     head = (
         "import torch\nimport triton\nimport triton.language as tl\nimport tilebook\n"
@@ -326,12 +297,12 @@ def _exercise_module(path: Path, *code: str, names=("fwd_kernel", "warps_for", "
         "from tilebook.experiments import rms_norm as exp\n\n"
         "DEVICE, EPS = tilebook.device(), exp.EPS\n"
     )
-    body = "\n\n\n".join(_source(name) for name in names)
+    body = "\n\n\n".join(SCRIPT.source(name) for name in names)
     return run_blocks(path, head, body, cases, *code)
 
 
 def test_exercise_1_fused_residual_solution_passes_its_check(tmp_path):
-    (solution,) = exercise_blocks(SOURCE)[1]
+    (solution,) = exercise_blocks(SCRIPT.text)[1]
     mod = _exercise_module(tmp_path / "ex1.py", solution, _check_line(1))
     (verdict,) = mod.PRINTED
     assert verdict.ok, str(verdict)
@@ -350,7 +321,7 @@ def test_exercise_2_atomic_dw_passes_its_check(tmp_path):
     assert f"``{atomic}``" in _said(2)
     store = "tl.store(DW_PART + pid * n_cols + cols, dw, mask=mask)"
     empty = "x.new_empty(programs, n_cols, dtype=torch.float32)"
-    kernel, launcher = _source("bwd_kernel"), _source("backward")
+    kernel, launcher = SCRIPT.source("bwd_kernel"), SCRIPT.source("backward")
     assert store in kernel and empty in launcher and "``x.new_zeros``" in _said(2)
     kernel = kernel.replace(store, atomic)
     launcher = launcher.replace(empty, empty.replace("new_empty", "new_zeros"))

@@ -12,7 +12,6 @@ lesson calls the package's kernel is the one the package launches.
 from __future__ import annotations
 
 import ast
-import importlib.util
 import itertools
 import json
 import math
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from lesson_source import LessonSource, write_module
 
 import tilebook.aot
 from tilebook.bench import RECORDS_DIR, Record, load_record
@@ -38,9 +38,7 @@ from tilebook.widgets_attention import (
 )
 
 ROOT = Path(__file__).parents[1]
-LESSON = ROOT / "gallery" / "04_flagship" / "12_flash_attention.py"
-SOURCE = LESSON.read_text()
-TREE = ast.parse(SOURCE)
+SCRIPT = LessonSource(12)
 LIFTED = [
     "attention_kernel",
     "FWD_GPU",
@@ -61,27 +59,6 @@ LIFTED = [
 ]
 
 
-def _names(targets: list[ast.expr]) -> list[str]:
-    return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
-
-
-def _top_level(name: str) -> ast.stmt:
-    found = [
-        n
-        for n in TREE.body
-        if isinstance(n, ast.FunctionDef | ast.Assign)
-        and name in ([n.name] if isinstance(n, ast.FunctionDef) else _names(n.targets))
-    ]
-    assert len(found) == 1, f"lesson 12 defines {name!r} {len(found)} times at top level"
-    return found[0]
-
-
-def _source(name: str) -> str:
-    node = _top_level(name)
-    start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-    return "\n".join(SOURCE.splitlines()[start - 1 : node.end_lineno])
-
-
 def _lift(folder: Path, name: str, replace: tuple[str, str] | None = None):
     """The lifted definitions as a module (an importable file, as Triton needs source)."""
     head = (
@@ -89,16 +66,11 @@ def _lift(folder: Path, name: str, replace: tuple[str, str] | None = None):
         "import tilebook\nimport tilebook.ops.flash_attention as fa\n"
         "LOG2E = math.log2(math.e)\n\n"
     )
-    body = "\n\n".join(_source(name) for name in LIFTED)
+    body = "\n\n".join(SCRIPT.source(n) for n in LIFTED)
     if replace is not None:
         assert replace[0] in body
         body = body.replace(*replace)
-    path = folder / f"{name}.py"
-    path.write_text(head + body + "\n")
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return write_module(folder / f"{name}.py", head + body + "\n")
 
 
 @pytest.fixture(scope="module")
@@ -300,7 +272,7 @@ def test_what_the_lesson_calls_the_package_s_kernel_is_the_package_s(monkeypatch
     fa.compile_ahead("fwd", fa.CONFIGS[(90, 128, "bf16", True)]["fwd"], band=True)
     module, name = specs[0].split(":")
     assert module == fa.__name__ and getattr(fa, name) is fa._fwd_kernel
-    assert 'fa.compile_ahead("fwd"' in SOURCE and "attention_forward" in SOURCE
+    assert 'fa.compile_ahead("fwd"' in SCRIPT.text and "attention_forward" in SCRIPT.text
 
 
 def test_lesson_kernels_compile_for_sm90(lesson):
@@ -337,7 +309,7 @@ def test_lesson_kernels_compile_for_sm90(lesson):
 
 
 def _constant_bwd_gpu():
-    call = _top_level("BWD").value
+    call = SCRIPT.node("BWD").value
     (gpu,) = [kw.value for kw in call.keywords if kw.arg == "gpu"]
     return ast.literal_eval(gpu)
 
@@ -352,7 +324,7 @@ def _calls(tree: ast.AST) -> set[str]:
 def test_no_table_or_sentence_hides_inside_a_block():
     """sphinx-gallery shows a cell's last expression only: a ``table(...)`` or ``say(...)``
     under an ``if`` or a loop never reaches the page (the H100 build lost two so)."""
-    for node in TREE.body:
+    for node in SCRIPT.tree.body:
         if not isinstance(node, ast.If | ast.For | ast.While | ast.With):
             continue
         for inner in ast.walk(node):
@@ -361,12 +333,12 @@ def test_no_table_or_sentence_hides_inside_a_block():
 
 
 def test_lesson_and_benchmark_share_one_definition():
-    assert "xp.lengths" in _calls(TREE)
+    assert "xp.lengths" in _calls(SCRIPT.tree)
     bench = ast.parse((ROOT / "benchmarks" / "flash_attention.py").read_text())
     funcs = {n.name: n for n in bench.body if isinstance(n, ast.FunctionDef)}
     assert {"experiment.versus", "experiment.masked"} <= _calls(funcs["run"])
     assert "experiment.lengths" in _calls(funcs["length_sweep"])
-    for calls in (_calls(TREE), _calls(funcs["run"]), _calls(funcs["length_sweep"])):
+    for calls in (_calls(SCRIPT.tree), _calls(funcs["run"]), _calls(funcs["length_sweep"])):
         assert not {"measure", "measure_interleaved", "compare", "do_bench"} & calls
 
 
@@ -478,7 +450,7 @@ def test_the_record_holds_the_lesson_s_grid():
     rec = load_record("lesson12_lengths", RECORDS_DIR)
     if rec is None:
         pytest.skip("lesson12_lengths is recorded by the GPU docs build (not yet committed)")
-    lengths = ast.literal_eval(_top_level("LENGTHS").value.elts[0])
+    lengths = ast.literal_eval(SCRIPT.node("LENGTHS").value.elts[0])
     assert rec.provenance["mode"] == "gpu"
     assert rec.values("n") == lengths
     for r in rec.rows:

@@ -10,26 +10,21 @@ as for lessons 05 and 09.
 from __future__ import annotations
 
 import ast
-import importlib.util
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
 import triton
 import triton.language as tl
+from lesson_source import LessonSource
 
 from tilebook.aot import AotError, CompiledKernel, compile_many
 from tilebook.bench import Record
 from tilebook.datasheet import fact
 from tilebook.widgets_pipeline import PipelineExplorer, pipeline_rows
 
-LESSON = (
-    Path(__file__).parents[1] / "gallery" / "05_production" / ("13_autotune_pipelining_pitfalls.py")
-)
-SOURCE = LESSON.read_text()
-TREE = ast.parse(SOURCE)
+SCRIPT = LessonSource(13)
 LIFTED = [
     "matmul_kernel",
     "matmul",
@@ -51,33 +46,18 @@ LIFTED = [
 ]
 
 
-def _node(name: str) -> ast.stmt:
-    def defines(node: ast.stmt) -> bool:
-        if isinstance(node, ast.FunctionDef):
-            return node.name == name
-        if isinstance(node, ast.Assign):
-            return any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
-        return False
-
-    found = [node for node in TREE.body if defines(node)]
-    assert len(found) == 1, f"{name}: {len(found)} top-level definitions in the lesson"
-    return found[0]
-
-
 def _source(name: str) -> str:
-    node = _node(name)
-    lines = SOURCE.splitlines()
-    first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-    text = "\n".join(lines[first - 1 : node.end_lineno])
-    # Statements that extend a lifted assignment (SIG.update(...)) come right after it.
+    """The one definition of ``name``, with the statements that extend it (``SIG.update(...)``
+    right after ``SIG``)."""
+    node = SCRIPT.node(name)
     follow = [
         n
-        for n in TREE.body
+        for n in SCRIPT.tree.body
         if isinstance(n, ast.Expr)
         and n.lineno == node.end_lineno + 1
         and ast.unparse(n).startswith(f"{name}.")
     ]
-    return text + "".join("\n" + ast.unparse(n) for n in follow)
+    return SCRIPT.segment(node) + "".join("\n" + ast.unparse(n) for n in follow)
 
 
 @pytest.fixture(scope="module")
@@ -94,15 +74,11 @@ def lesson(tmp_path_factory):
         DEVICE = "cpu"
         """
     )
-    body = "\n\n\n".join(_source(n) for n in LIFTED)
-    path = tmp_path_factory.mktemp("lesson13") / "lesson13_lifted.py"
-    path.write_text(header + "\n\n" + body + "\n")
-    spec = importlib.util.spec_from_file_location("lesson13_lifted", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # the interpreter looks kernels' globals up there
-    spec.loader.exec_module(module)
+    folder = tmp_path_factory.mktemp("lesson13")
+    # registered: the interpreter looks kernels' globals up in sys.modules
+    module = SCRIPT.lift(LIFTED, folder, header + "\n\n", source=_source, register=True)
     yield module
-    del sys.modules[spec.name]
+    del sys.modules[module.__name__]
 
 
 # ------------------------------------------------------------------ the kernels

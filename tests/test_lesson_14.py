@@ -14,12 +14,12 @@ tested on its own.
 from __future__ import annotations
 
 import ast
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from lesson_source import LessonSource, bound_names
 
 import tilebook
 from tilebook.bench import RECORDS_DIR, load_record
@@ -27,9 +27,7 @@ from tilebook.check import default_tolerance
 from tilebook.widgets_decision import VERDICTS, DecisionTree, Leaf, Question
 
 ROOT = Path(__file__).parents[1]
-LESSON = ROOT / "gallery" / "05_production" / "14_autograd_profiling.py"
-SOURCE = LESSON.read_text()
-TREE = ast.parse(SOURCE)
+SCRIPT = LessonSource(14)
 LIFTED = [
     "BLOCK",
     "swiglu_fwd_kernel",
@@ -70,29 +68,20 @@ BACKEND = "inductor" if GPU else "aot_eager"
 
 
 def _names(node: ast.stmt) -> list[str]:
-    if isinstance(node, ast.FunctionDef | ast.ClassDef):
-        return [node.name]
-    if isinstance(node, ast.Assign | ast.AugAssign):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+    """The names a top-level statement defines; besides, ``REGISTRATION`` names the
+    ``if GPU:`` block and a bare call is named for what it calls."""
     if isinstance(node, ast.If) and ast.unparse(node.test) == "GPU":
         return ["REGISTRATION"]
     if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
         return [ast.unparse(node.value.func)]
-    return []
+    return bound_names(node)
 
 
 def _source(name: str) -> str:
     """The top-level statements that define ``name``, in order (one at least)."""
-    found = [n for n in TREE.body if name in _names(n)]
+    found = [n for n in SCRIPT.tree.body if name in _names(n)]
     assert found, f"lesson 14 does not define {name!r} at top level"
-    lines = SOURCE.splitlines()
-    parts = []
-    for node in found:
-        decorators = getattr(node, "decorator_list", [])
-        start = min([node.lineno] + [d.lineno for d in decorators])
-        parts.append("\n".join(lines[start - 1 : node.end_lineno]))
-    return "\n".join(parts)
+    return "\n".join(SCRIPT.segment(node) for node in found)
 
 
 @pytest.fixture(scope="module")
@@ -105,14 +94,11 @@ def lesson(tmp_path_factory):
         "from tilebook.widgets_decision import DecisionTree, Leaf, Question\n\n"
         f"DEVICE, GPU = torch.device({DEVICE.type!r}), {GPU}\n\n"
     )
-    body = "\n\n\n".join(_source(name) for name in LIFTED)
-    body = body.replace('"lesson14::', f'"{NAMESPACE}::')
-    path = tmp_path_factory.mktemp("lesson14") / "lesson14_lifted.py"
-    path.write_text(head + body + "\n")
-    spec = importlib.util.spec_from_file_location("lesson14_lifted", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+
+    def source(name: str) -> str:
+        return _source(name).replace('"lesson14::', f'"{NAMESPACE}::')
+
+    return SCRIPT.lift(LIFTED, tmp_path_factory.mktemp("lesson14"), head, source=source)
 
 
 @pytest.mark.parametrize(
@@ -288,4 +274,4 @@ def test_the_lesson_is_in_the_lesson_form():
     sys.path.insert(0, str(ROOT / "tests"))
     from lesson_form import check_lesson
 
-    assert [str(p) for p in check_lesson(LESSON)] == []
+    assert [str(p) for p in check_lesson(SCRIPT.path)] == []
