@@ -134,9 +134,17 @@ def tests(session: nox.Session) -> None:
     session.run(_bin("python"), "-m", "pytest", *session.posargs, external=True)
 
 
+# The build log's first line says which mode the build runs in, before Sphinx's own.
+_SPHINX_WITH_MODE_LINE = (
+    "import os, sys, tilebook; print(tilebook.banner(), flush=True); "
+    "os.environ['TILEBOOK_BANNER_SHOWN'] = '1'; "
+    "from sphinx.cmd.build import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
 def _sphinx(session: nox.Session, env: dict[str, str], *extra: str) -> None:
     args = ["-W", "--keep-going", "-b", "html", "docs", str(BUILD_HTML), *extra]
-    session.run(_bin("python"), "-m", "sphinx", *args, env=env, external=True)
+    session.run(_bin("python"), "-c", _SPHINX_WITH_MODE_LINE, *args, env=env, external=True)
 
 
 @nox.session(venv_backend="none")

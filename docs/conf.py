@@ -10,7 +10,9 @@ from pathlib import Path
 # Triton; the build log then says which one this build ran in.
 import tilebook
 
-print(tilebook.banner(), flush=True)
+# nox -s docs prints it before Sphinx's own first line (and says so in the variable).
+if not os.environ.get("TILEBOOK_BANNER_SHOWN"):
+    print(tilebook.banner(), flush=True)
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent / "_ext"))
