@@ -27,7 +27,6 @@ from pathlib import Path
 
 from docutils import nodes
 from docutils.parsers.rst import Directive
-from sphinx.util.console import bold
 from sphinx.util.docutils import SphinxRole
 
 GLOSSARY_DOC = "glossary"
@@ -219,11 +218,20 @@ def _copy_notebooks(app, exception):
         shutil.copyfile(nb, out / nb.name)
 
 
+#: A terminal colour code (Sphinx colours its log on a colour terminal, or with
+#: FORCE_COLOR set, as nox does).
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _plain(msg: object) -> str:
+    return _COLOUR.sub("", str(msg))
+
+
 class _QuietMyst(logging.Filter):
     """MyST logs its whole configuration on every build: noise that needs no action."""
 
     def filter(self, record):
-        return not str(record.msg).startswith(bold("myst v"))
+        return not _plain(record.msg).startswith("myst v")
 
 
 #: Options that extensions fill in as they start (pydata-sphinx-theme, sphinx-gallery,
@@ -245,7 +253,7 @@ class _QuietGallery(logging.Filter):
     action."""
 
     def filter(self, record):
-        return not str(record.msg).startswith("Using Sphinx-Gallery to convert rst")
+        return not _plain(record.msg).startswith("Using Sphinx-Gallery to convert rst")
 
 
 def _quiet_config_change() -> None:
