@@ -167,11 +167,11 @@ def test_the_package_kernels_the_lesson_names(monkeypatch, device):
     monkeypatch.setattr(op, "CHUNK_FWD", 64)
     monkeypatch.setattr(op, "CHUNK_BWD", 64)
     for n_cols, fwd, bwd in [
-        (64, [op.rms_norm_fwd_kernel], [op.rms_norm_bwd_kernel]),
+        (64, [op.rms_norm_fwd_kernel], [op.rms_norm_bwd_kernel, op.sum_partials_kernel]),
         (
             200,
             [op.rms_norm_fwd_chunked_kernel],
-            [op.rms_norm_bwd_dot_kernel, op.rms_norm_bwd_chunked_kernel],
+            [op.rms_norm_bwd_dot_kernel, op.rms_norm_bwd_chunked_kernel, op.sum_partials_kernel],
         ),
     ]:
         x, w, dy = exp.inputs(6, n_cols, torch.float32, device=device)

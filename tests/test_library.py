@@ -411,22 +411,23 @@ TRACED_KERNELS = {
     "fused_matmul": ["act_grad_kernel"] + ["matmul_kernel"] * 4,
     "softmax": ["softmax_bwd_kernel", "softmax_fwd_kernel"],
     "softmax online": ["softmax_bwd_online_kernel", "softmax_fwd_online_kernel"],
-    "rms_norm": ["rms_norm_bwd_kernel", "rms_norm_fwd_kernel"],
+    "rms_norm": ["rms_norm_bwd_kernel", "rms_norm_fwd_kernel", "sum_partials_kernel"],
     "rms_norm chunked": [
         "rms_norm_bwd_chunked_kernel",
         "rms_norm_bwd_dot_kernel",
         "rms_norm_fwd_chunked_kernel",
+        "sum_partials_kernel",
     ],
     "layer_norm": [
         "layer_norm_bwd_kernel",
         "layer_norm_fwd_kernel",
-        "layer_norm_sum_partials_kernel",
+        "sum_partials_kernel",
     ],
     "layer_norm chunked": [
         "layer_norm_bwd_chunked_kernel",
         "layer_norm_bwd_dot_kernel",
         "layer_norm_fwd_chunked_kernel",
-        "layer_norm_sum_partials_kernel",
+        "sum_partials_kernel",
     ],
     "dropout": ["dropout_kernel", "dropout_kernel"],
 }

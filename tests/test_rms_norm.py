@@ -309,7 +309,7 @@ def test_compiles_for_sm90_without_spills(kernel, n_cols):
     k = compile_kernel(
         f"tilebook.ops.rms_norm:rms_norm_{kernel}_kernel",
         sig,
-        {"BLOCK_N": block_n, "ROWS": rows},
+        {"BLOCK_N": block_n, "ROWS": rows, **({"STORE_RSTD": True} if kernel == "fwd" else {})},
         arch=90,
         num_warps=warps,
         divisible_by_16=[n for n in sig if n != "n_rows" and n != "eps"],

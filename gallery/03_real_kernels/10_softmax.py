@@ -462,8 +462,8 @@ claims
 # element-wise expression, three tensors moved for the forward's two.  Its
 # smallest kernel is the forward's with two loads and one ``tl.sum`` (masked
 # lanes load 0).  The package's ``softmax_bwd_kernel`` takes tiles of rows;
-# holding two rows it goes online at half the forward's length, with no
-# rescaling: one walk sums ``y * dy``, a second writes ``dx``.
+# past the same ``ONLINE_THRESHOLD`` it goes online too, with no rescaling:
+# one walk sums ``y * dy``, a second writes ``dx``.
 
 
 @triton.jit

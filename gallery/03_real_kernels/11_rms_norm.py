@@ -94,8 +94,7 @@ HIDDEN = (1024, 8192, 65536)  # the row lengths measured on a GPU
 # whole row must fit in one program's :term:`registers <register>`.  The arguments:
 #
 # ``X``, ``Y``, ``stride``
-#     Pointers to the input and output rows, ``stride`` elements apart and
-#     contiguous along a row.
+#     Pointers to the input and output rows, ``stride`` elements apart, unit stride within.
 # ``W``
 #     The weight, ``n_cols`` values shared by every row.
 # ``RSTD``
@@ -454,12 +453,13 @@ say(
 # walks each row twice, for the sum of squares and then, newest chunk first, to
 # write ``y``, which then mostly comes from L2.  Its chunked backward writes each
 # row chunk's ``sum(dy * w * x)`` (:func:`~tilebook.ops.rms_norm.rms_norm_bwd_dot_kernel`),
-# then gives each program a column chunk and a share of the rows
-# (:func:`~tilebook.ops.rms_norm.rms_norm_bwd_chunked_kernel`), keeping that
-# chunk's ``dw`` share in registers, as ours does.  The whole-row kernels,
+# then gives each program a column chunk and a share of the rows, keeping that
+# chunk's ``dw`` share in registers, as ours does
+# (:func:`~tilebook.ops.rms_norm.rms_norm_bwd_chunked_kernel`).  The whole-row kernels,
 # :func:`~tilebook.ops.rms_norm.rms_norm_fwd_kernel` and
-# :func:`~tilebook.ops.rms_norm.rms_norm_bwd_kernel`, are the lesson's with the
-# additions of the table and 64-bit row offsets.
+# :func:`~tilebook.ops.rms_norm.rms_norm_bwd_kernel`, are the lesson's plus the
+# table, 64-bit offsets and a kernel that sums the partials in place of two torch
+# calls (:func:`~tilebook.ops.partials.sum_partials_kernel`).
 #
 # How the package compares
 # ------------------------

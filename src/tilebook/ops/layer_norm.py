@@ -15,7 +15,7 @@ the kernels, their launchers and the autograd glue; it follows
   sum(dy)``, sums over *all* rows.  No atomics or locks: a persistent grid (a few
   programs per SM) walks the rows, each program adds its rows' contributions into
   fp32 accumulators that stay in registers and writes them once, as one row of a
-  ``(programs, 2, N)`` buffer; :func:`layer_norm_sum_partials_kernel` adds that
+  ``(programs, 2, N)`` buffer; :func:`tilebook.ops.partials.sum_partials_kernel` adds that
   small buffer up (always in the same order: deterministic) and casts it.
 
   The two accumulators cost registers: at 16384 columns a program holding whole
@@ -55,6 +55,7 @@ import triton.language as tl
 from .._launch import device_guard, direct_launch_enabled, launch, launcher_for, sm_count
 from ..validation import check_tensor
 from . import library
+from .partials import SUM_BLOCK_C, SUM_BLOCK_P, sum_partials_grid, sum_partials_kernel
 
 __all__ = [
     "BWD_CHUNKED_THRESHOLD",
@@ -72,7 +73,6 @@ __all__ = [
     "layer_norm_bwd_kernel",
     "layer_norm_fwd_chunked_kernel",
     "layer_norm_fwd_kernel",
-    "layer_norm_sum_partials_kernel",
 ]
 
 #: Largest hidden size: it only keeps launch sizes sane (long rows are chunked).
@@ -228,38 +228,6 @@ def layer_norm_bwd_kernel(
         tl.store(out, tl.sum(dw_acc, axis=0), mask=own_ok)
     if NEED_DB:
         tl.store(out + n_cols, tl.sum(db_acc, axis=0), mask=own_ok)
-
-
-@triton.jit
-def layer_norm_sum_partials_kernel(
-    partial_ptr,  # (n_parts, 2, n_cols) fp32
-    dw_ptr,  # (n_cols,) in weight's dtype, or unused (NEED_DW False)
-    db_ptr,  # (n_cols,) in bias's dtype, or unused (NEED_DB False)
-    n_parts,
-    n_cols,
-    BLOCK_P: tl.constexpr,
-    BLOCK_C: tl.constexpr,
-    NEED_DW: tl.constexpr,
-    NEED_DB: tl.constexpr,
-):
-    # One launch for both sums and the casts that torch would take three for.
-    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
-    col_ok = cols < n_cols
-    parts = tl.arange(0, BLOCK_P)
-    dw = tl.zeros((BLOCK_P, BLOCK_C), dtype=tl.float32)
-    db = tl.zeros((BLOCK_P, BLOCK_C), dtype=tl.float32)
-    for p0 in range(0, n_parts, BLOCK_P):
-        p = p0 + parts
-        mask = (p < n_parts)[:, None] & col_ok[None, :]
-        ptrs = partial_ptr + p[:, None] * 2 * n_cols + cols[None, :]
-        if NEED_DW:
-            dw += tl.load(ptrs, mask=mask, other=0.0)
-        if NEED_DB:
-            db += tl.load(ptrs + n_cols, mask=mask, other=0.0)
-    if NEED_DW:
-        tl.store(dw_ptr + cols, tl.sum(dw, axis=0).to(dw_ptr.dtype.element_ty), mask=col_ok)
-    if NEED_DB:
-        tl.store(db_ptr + cols, tl.sum(db, axis=0).to(db_ptr.dtype.element_ty), mask=col_ok)
 
 
 # ---------------------------------------------------------------------------
@@ -712,9 +680,9 @@ def _bwd_plan(x, has_w, need_dw, need_db, rows=None, warps=None, per_sm=None, sp
                 "num_warps": warps}  # fmt: skip
         launches.append((layer_norm_bwd_kernel, (splits, n_parts), meta))
     if needed:
-        sum_meta = {"BLOCK_P": SUM_BLOCK_P, "BLOCK_C": SUM_BLOCK_C, "NEED_DW": need_dw,
-                    "NEED_DB": need_db, "num_warps": 4}  # fmt: skip
-        launches.append((layer_norm_sum_partials_kernel, (-(-n_cols // SUM_BLOCK_C),), sum_meta))
+        sum_meta = {"BLOCK_P": SUM_BLOCK_P, "BLOCK_C": SUM_BLOCK_C, "NEED_A": need_dw,
+                    "NEED_B": need_db, "num_warps": 4}  # fmt: skip
+        launches.append((sum_partials_kernel, sum_partials_grid(n_cols), sum_meta))
     # Never read when neither gradient is wanted: one element keeps the signature.
     partial_shape = (n_parts, 2, n_cols) if needed else (1,)
     return _BwdPlan(x.shape, chunked, need_dw, need_db, partial_shape, dots_shape, launches)
@@ -747,17 +715,12 @@ def _bwd_args(plan: _BwdPlan, dy, x, w, stats, dx, dw, db, partial, dots) -> lis
         args = [(dy, x, w, stats, dx, partial, n_rows, n_cols, *strides)]
     if len(plan.launches) > len(args):
         args.append((partial, x if dw is None else dw, x if db is None else db,
-                     partial.shape[0], n_cols))  # fmt: skip
+                     partial.shape[0], n_cols, 2 * n_cols))  # fmt: skip
     return args
 
 
 def _zero(t: torch.Tensor | None) -> torch.Tensor | None:
     return None if t is None else torch.zeros_like(t)
-
-
-#: Tile of :func:`layer_norm_sum_partials_kernel`: partial rows by columns.
-SUM_BLOCK_P = 32
-SUM_BLOCK_C = 128
 
 
 # ---------------------------------------------------------------------------
@@ -977,7 +940,7 @@ def _op_backward(
 
 _KERNELS = (
     layer_norm_fwd_kernel, layer_norm_fwd_chunked_kernel, layer_norm_bwd_kernel,
-    layer_norm_bwd_dot_kernel, layer_norm_bwd_chunked_kernel, layer_norm_sum_partials_kernel,
+    layer_norm_bwd_dot_kernel, layer_norm_bwd_chunked_kernel, sum_partials_kernel,
 )  # fmt: skip
 layer_norm_op = library.define("layer_norm", _op_forward, kernels=_KERNELS)
 layer_norm_backward_op = library.define("layer_norm_backward", _op_backward, kernels=_KERNELS)

@@ -43,9 +43,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .._launch import Memo, launch, sm_count
+from .._launch import Launched, Memo, direct_launch_enabled, launch, sm_count
 from ..validation import check_same_device, check_tensor
 from . import library
+from .partials import SUM_BLOCK_C, SUM_BLOCK_P, sum_partials_grid, sum_partials_kernel
 
 __all__ = [
     "BWD_CHUNKED_THRESHOLD",
@@ -102,6 +103,7 @@ def rms_norm_fwd_kernel(
     eps,
     BLOCK_N: tl.constexpr,  # next power of two >= n_cols
     ROWS: tl.constexpr,  # rows per program
+    STORE_RSTD: tl.constexpr,  # False: no backward follows (rstd_ptr is unused)
 ):
     pid = tl.program_id(0)
     rows = pid * ROWS + tl.arange(0, ROWS)
@@ -123,7 +125,8 @@ def rms_norm_fwd_kernel(
     rstd = tl.rsqrt(tl.sum(x * x, axis=1) / n_cols + eps)
     y = x * rstd[:, None] * w[None, :]
     tl.store(y_ptr + rows64 * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
-    tl.store(rstd_ptr + rows, rstd, mask=row_ok)
+    if STORE_RSTD:
+        tl.store(rstd_ptr + rows, rstd, mask=row_ok)
 
 
 @triton.jit
@@ -454,19 +457,26 @@ def launch_rms_norm_fwd(
     return y, rstd
 
 
-def _forward(x, weight, eps, *plan, run=None):
+def _forward(x, weight, eps, *plan, run=None, keep_rstd=True):
     """:func:`launch_rms_norm_fwd`'s work, plus what ``run`` returned (:func:`launch`:
-    a Launched or None)."""
+    a Launched or None).  ``keep_rstd=False`` (no backward follows) lets the
+    whole-row kernel skip writing ``rstd``; the ``rstd`` returned is then None."""
     run = run or launch  # looked up at the call, so a test's stand-in for launch is seen
     n_rows, n_cols = x.shape
     y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
-    rstd = torch.empty((n_rows,), dtype=torch.float32, device=x.device)
     if x.numel() == 0:
-        return y, rstd, None
+        return y, torch.empty((n_rows,), dtype=torch.float32, device=x.device), None
     kernel, grid, meta = _fwd_plan(x, *plan)
+    if keep_rstd or kernel is not rms_norm_fwd_kernel:
+        rstd = torch.empty((n_rows,), dtype=torch.float32, device=x.device)
+    else:
+        # One allocation less on the host, one store less per row: rstd_ptr is never
+        # written, so any pointer keeps the signature.
+        rstd, meta = None, {**meta, "STORE_RSTD": False}
     launched = run(
         kernel, grid,
-        x, weight, y, rstd, n_rows, n_cols, x.stride(0), y.stride(0), eps, **meta,
+        x, weight, y, y if rstd is None else rstd, n_rows, n_cols, x.stride(0), y.stride(0), eps,
+        **meta,
     )  # fmt: skip
     return y, rstd, launched
 
@@ -491,7 +501,8 @@ def _fwd_plan(x, rows_per_program=None, num_warps=None, chunked=None, chunk=None
     warps = num_warps or warps
     _check_config(rows, warps)
     grid = (triton.cdiv(n_rows, rows),)
-    return rms_norm_fwd_kernel, grid, {"BLOCK_N": block_n, "ROWS": rows, "num_warps": warps}
+    meta = {"BLOCK_N": block_n, "ROWS": rows, "STORE_RSTD": True, "num_warps": warps}
+    return rms_norm_fwd_kernel, grid, meta
 
 
 def launch_rms_norm_bwd(
@@ -520,62 +531,133 @@ def launch_rms_norm_bwd(
 
 def _backward(dy, x, weight, rstd, rows_per_program=None, num_warps=None,
               programs_per_sm=None, chunked=None, chunk=None, *, run=None):  # fmt: skip
-    """:func:`launch_rms_norm_bwd`'s work, its kernels started by ``run``."""
-    run = run or launch
-    n_rows, n_cols = x.shape
-    dx = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    """:func:`launch_rms_norm_bwd`'s work, its kernels started by ``run``.
+
+    A call with the default settings and ``run`` (the eager path) remembers its
+    launches: see :data:`_BWD_FAST`."""
+    settings = (rows_per_program, num_warps, programs_per_sm, chunked, chunk)
+    key = None
+    if run is None and settings == (None,) * 5 and x.is_cuda and direct_launch_enabled():
+        key = _bwd_key(dy, x, weight, rstd)
+        fast = _BWD_FAST.get(key)
+        if fast is not None:
+            out = fast(dy, x, weight, rstd)
+            if out is not None:
+                return out
+    run = run or launch  # looked up at the call, so a test's stand-in for launch is seen
     if x.numel() == 0:
-        return dx, torch.zeros_like(weight)
+        return torch.empty_like(x), torch.zeros_like(weight)
+    plan = _bwd_plan(x, *settings)
+    bufs = _bwd_buffers(plan, x, weight)
+    steps = zip(plan.launches, _bwd_args(plan, dy, x, weight, rstd, *bufs), strict=True)
+    launched = [run(kernel, grid, *args, **meta) for (kernel, grid, meta), args in steps]
+    if key is not None and all(isinstance(go, Launched) for go in launched):
+        _BWD_FAST.remember(key, _replay_bwd(plan, launched))
+    return bufs[0], bufs[1]
+
+
+# The backward's host time.  At 16384 x 1024 (bf16) the kernels take about 30 us, while
+# the Python around them (configuration, buffers, three launches) took longer, so an
+# eager backward keeps its plan and launches under the key of everything they were
+# specialised on; the next backward of the same kind only allocates and launches.
+_BWD_FAST = Memo()
+
+
+def _bwd_key(dy, x, weight, rstd) -> tuple:
+    return (
+        x.shape, x.stride(0), dy.stride(0), x.dtype, dy.dtype, weight.dtype, x.device,
+        dy.data_ptr() % 16 == 0, x.data_ptr() % 16 == 0, weight.data_ptr() % 16 == 0,
+        rstd.data_ptr() % 16 == 0, BWD_CHUNKED_THRESHOLD, CHUNK_BWD,
+    )  # fmt: skip
+
+
+def _replay_bwd(plan, launched):
+    def run(dy, x, w, rstd) -> tuple | None:
+        bufs = _bwd_buffers(plan, x, w)
+        if any(t.data_ptr() % 16 for t in bufs if t is not None):
+            return None  # not the specialisation compiled for: the ordinary path
+        for go, args in zip(launched, _bwd_args(plan, dy, x, w, rstd, *bufs)):  # noqa: B905
+            if not go(*args):
+                return None  # another device is current, or a hook listens
+        return bufs[0], bufs[1]
+
+    return run
+
+
+class _BwdPlan:
+    """What a backward launch depends on that sizes and settings alone decide."""
+
+    __slots__ = ("chunked", "dots_shape", "launches", "n_chunks", "partial_shape", "shape")
+
+    def __init__(self, shape, chunked, partial_shape, dots_shape, launches):
+        self.shape, self.chunked = shape, chunked
+        self.partial_shape, self.dots_shape = partial_shape, dots_shape
+        self.n_chunks = dots_shape[1] if dots_shape else 0
+        self.launches = launches  # [(kernel, grid, constexprs and options)]
+
+
+def _bwd_plan(x, rows=None, warps=None, per_sm=None, chunked=None, chunk=None) -> _BwdPlan:
+    n_rows, n_cols = x.shape
     if chunked is None:
         chunked = n_cols > BWD_CHUNKED_THRESHOLD
+    launches = []
+    dots_shape = None
     if chunked:
-        return dx, _launch_bwd_chunked(
-            dy, x, weight, rstd, dx, rows_per_program, num_warps, programs_per_sm, chunk, run
-        )
-    block_n, rows, warps, per_sm = _bwd_config(n_cols)
-    rows = rows_per_program or rows
-    warps = num_warps or warps
-    _check_config(rows, warps)
-    n_progs = _grid_size(x, triton.cdiv(n_rows, rows), programs_per_sm or per_sm)
-    dw_partial = torch.empty((n_progs, n_cols), dtype=torch.float32, device=x.device)
-    run(
-        rms_norm_bwd_kernel, (n_progs,),
-        dy, x, weight, rstd, dx, dw_partial, n_rows, n_cols,
-        dy.stride(0), x.stride(0), dx.stride(0),
-        BLOCK_N=block_n, ROWS=rows, num_warps=warps,
-    )  # fmt: skip
-    return dx, dw_partial.sum(dim=0).to(weight.dtype)
+        block_n, def_rows, def_warps, def_per_sm = _bwd_chunked_config(n_cols)
+        block_n = chunk or block_n
+        rows = rows or def_rows
+        warps = warps or def_warps
+        _check_config(rows, warps)
+        _check_chunk(block_n)
+        n_chunks = triton.cdiv(n_cols, block_n)
+        # 1. Each (row, chunk): its sum(dy * w * x), into an (n_rows, n_chunks) buffer.
+        dots_shape = (n_rows, n_chunks)
+        dot_meta = {"BLOCK_N": block_n, "num_warps": _warps(block_n, block_n)}
+        launches.append((rms_norm_bwd_dot_kernel, (n_rows * n_chunks,), dot_meta))
+        # 2. dx, and dweight per (split, column chunk): the persistent grid of the
+        #    short-row backward, spread over the column chunks.
+        n_progs = _grid_size(x, n_rows * n_chunks, per_sm or def_per_sm)
+        n_parts = max(1, min(triton.cdiv(n_rows, rows), n_progs // n_chunks))
+        meta = {"BLOCK_N": block_n, "ROWS": rows, "DOTS": _pow2(n_chunks), "num_warps": warps}
+        launches.append((rms_norm_bwd_chunked_kernel, (n_chunks, n_parts), meta))
+    else:
+        block_n, def_rows, def_warps, def_per_sm = _bwd_config(n_cols)
+        rows = rows or def_rows
+        warps = warps or def_warps
+        _check_config(rows, warps)
+        n_parts = _grid_size(x, triton.cdiv(n_rows, rows), per_sm or def_per_sm)
+        meta = {"BLOCK_N": block_n, "ROWS": rows, "num_warps": warps}
+        launches.append((rms_norm_bwd_kernel, (n_parts,), meta))
+    # 3. dweight: the partial rows added up and cast, in one launch.
+    sum_meta = {"BLOCK_P": SUM_BLOCK_P, "BLOCK_C": SUM_BLOCK_C, "NEED_A": True,
+                "NEED_B": False, "num_warps": 4}  # fmt: skip
+    launches.append((sum_partials_kernel, sum_partials_grid(n_cols), sum_meta))
+    return _BwdPlan(x.shape, chunked, (n_parts, n_cols), dots_shape, launches)
 
 
-def _launch_bwd_chunked(dy, x, weight, rstd, dx, rows, warps, per_sm, chunk, run) -> torch.Tensor:
-    """The two chunked backward kernels; fills ``dx`` and returns ``dweight``."""
-    n_rows, n_cols = x.shape
-    block_n, def_rows, def_warps, def_per_sm = _bwd_chunked_config(n_cols)
-    block_n = chunk or block_n
-    rows = rows or def_rows
-    warps = warps or def_warps
-    _check_config(rows, warps)
-    _check_chunk(block_n)
-    n_chunks = triton.cdiv(n_cols, block_n)
-    # 1. Each (row, chunk): its sum(dy * w * x), into an (n_rows, n_chunks) buffer.
-    dots = torch.empty((n_rows, n_chunks), dtype=torch.float32, device=x.device)
-    run(
-        rms_norm_bwd_dot_kernel, (n_rows * n_chunks,),
-        dy, x, weight, dots, n_cols, dy.stride(0), x.stride(0),
-        BLOCK_N=block_n, num_warps=_warps(block_n, block_n),
-    )  # fmt: skip
-    # 2. dx, and dweight per (split, column chunk): the persistent grid of the
-    #    short-row backward, spread over the column chunks.
-    n_progs = _grid_size(x, n_rows * n_chunks, per_sm or def_per_sm)
-    n_splits = max(1, min(triton.cdiv(n_rows, rows), n_progs // n_chunks))
-    dw_partial = torch.empty((n_splits, n_cols), dtype=torch.float32, device=x.device)
-    run(
-        rms_norm_bwd_chunked_kernel, (n_chunks, n_splits),
-        dy, x, weight, rstd, dots, dx, dw_partial, n_rows, n_cols, n_chunks,
-        dy.stride(0), x.stride(0), dx.stride(0),
-        BLOCK_N=block_n, ROWS=rows, DOTS=_pow2(n_chunks), num_warps=warps,
-    )  # fmt: skip
-    return dw_partial.sum(dim=0).to(weight.dtype)
+def _bwd_buffers(plan: _BwdPlan, x: torch.Tensor, weight: torch.Tensor) -> tuple:
+    """(dx, dweight, partial sums, dots or None), uninitialised."""
+    dev = x.device
+    dx = torch.empty(plan.shape, dtype=x.dtype, device=dev)
+    dw = torch.empty(plan.shape[1], dtype=weight.dtype, device=dev)
+    partial = torch.empty(plan.partial_shape, dtype=torch.float32, device=dev)
+    dots = torch.empty(plan.dots_shape, dtype=torch.float32, device=dev) if plan.chunked else None
+    return dx, dw, partial, dots
+
+
+def _bwd_args(plan: _BwdPlan, dy, x, w, rstd, dx, dw, partial, dots) -> list[tuple]:
+    """The runtime arguments of each of ``plan.launches``, in order."""
+    n_rows, n_cols = plan.shape
+    strides = (dy.stride(0), x.stride(0), dx.stride(0))
+    if plan.chunked:
+        args = [
+            (dy, x, w, dots, n_cols, dy.stride(0), x.stride(0)),
+            (dy, x, w, rstd, dots, dx, partial, n_rows, n_cols, plan.n_chunks, *strides),
+        ]
+    else:
+        args = [(dy, x, w, rstd, dx, partial, n_rows, n_cols, *strides)]
+    args.append((partial, dw, dw, partial.shape[0], n_cols, n_cols))
+    return args
 
 
 # ---------------------------------------------------------------------------
@@ -640,7 +722,7 @@ def _no_grad_forward(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch
     """The forward of a call with nothing for autograd to record (``weight`` is the
     caller's); remembers the launch for the next call like this one."""
     x2 = _as_rows(x, x.shape[-1])
-    y, _, launched = _forward(x2, weight.contiguous(), eps)
+    y, rstd0, launched = _forward(x2, weight.contiguous(), eps, keep_rstd=False)
     if (
         launched is not None
         and type(x) is torch.Tensor
@@ -650,15 +732,26 @@ def _no_grad_forward(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch
     ):
         n_rows, n_cols = x2.shape
         ints = (n_rows, n_cols, x2.stride(0), y.stride(0))
-        shape = x.shape
+        shape, dtype, device = x.shape, x.dtype, x.device  # the key fixes all three
         aligned = y.data_ptr() % 16 == 0
+        empty = torch.empty
 
-        def run(t: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor | None:
-            out = torch.empty(shape, dtype=t.dtype, device=t.device)
-            rstd = torch.empty((n_rows,), dtype=torch.float32, device=t.device)
-            if (out.data_ptr() % 16 == 0) is not aligned or rstd.data_ptr() % 16:
-                return None  # not the specialisation compiled for: the slow path
-            return out if launched(t, w, out, rstd, *ints, eps) else None
+        if rstd0 is None:  # the whole-row kernel, told not to write rstd
+
+            def run(t: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor | None:
+                out = empty(shape, dtype=dtype, device=device)
+                if (out.data_ptr() % 16 == 0) is not aligned:
+                    return None  # not the specialisation compiled for: the slow path
+                return out if launched(t, w, out, out, *ints, eps) else None
+
+        else:
+
+            def run(t: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor | None:
+                out = empty(shape, dtype=dtype, device=device)
+                rstd = empty((n_rows,), dtype=torch.float32, device=device)
+                if (out.data_ptr() % 16 == 0) is not aligned or rstd.data_ptr() % 16:
+                    return None  # not the specialisation compiled for: the slow path
+                return out if launched(t, w, out, rstd, *ints, eps) else None
 
         _FAST.remember(_fast_key(x, weight), run)
     return y.view(x.shape)
@@ -695,7 +788,7 @@ def _op_backward(
 
 _KERNELS = (
     rms_norm_fwd_kernel, rms_norm_fwd_chunked_kernel, rms_norm_bwd_kernel,
-    rms_norm_bwd_dot_kernel, rms_norm_bwd_chunked_kernel,
+    rms_norm_bwd_dot_kernel, rms_norm_bwd_chunked_kernel, sum_partials_kernel,
 )  # fmt: skip
 rms_norm_op = library.define("rms_norm", _op_forward, kernels=_KERNELS)
 rms_norm_backward_op = library.define("rms_norm_backward", _op_backward, kernels=_KERNELS)

@@ -274,7 +274,9 @@ _C = SoftmaxConfig
 # in elements.  evict_last on the single-pass kernels' loads and stores beat no hint
 # by about 1% at every width (2026-11-22, interleaved timings, 256 to 8192 columns),
 # and evict_first won for the second walk of the online ones.  Backward holds two
-# rows (y and dy), so at 32768 a single pass would spill: it walks the row in chunks.
+# rows (y and dy): at 32768 its single pass spills 16 bytes (8 warps, 255 registers;
+# 14 bytes at 16 warps), yet measured 534 us against 575 for the two-walk online
+# kernel and 527 for torch.compile (H100, bf16, 8192 rows, 2026-11-27).
 _L = "evict_last"
 _FWD_TABLE: dict[int, SoftmaxConfig] = {
     256: _C(16, 256, 16, evict=_L),
@@ -294,7 +296,7 @@ _BWD_TABLE: dict[int, SoftmaxConfig] = {
     4096: _C(2, 4096, 16, evict=_L),
     8192: _C(1, 8192, 16, evict=_L),
     16384: _C(1, 16384, 16, evict=_L),
-    32768: _C(1, 8192, 16, online=True, evict="evict_first"),
+    32768: _C(1, 32768, 8, evict=_L),
 }
 # Rows longer than ONLINE_THRESHOLD (the best online configurations of the sweep).
 _FWD_ONLINE = _C(1, 4096, 8, online=True, evict="evict_first")
