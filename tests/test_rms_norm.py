@@ -309,7 +309,11 @@ def test_compiles_for_sm90_without_spills(kernel, n_cols):
     k = compile_kernel(
         f"tilebook.ops.rms_norm:rms_norm_{kernel}_kernel",
         sig,
-        {"BLOCK_N": block_n, "ROWS": rows, **({"STORE_RSTD": True} if kernel == "fwd" else {})},
+        {
+            "BLOCK_N": block_n,
+            "ROWS": rows,
+            **({"STORE_RSTD": True, "X_EVICT": "evict_last"} if kernel == "fwd" else {}),
+        },
         arch=90,
         num_warps=warps,
         divisible_by_16=[n for n in sig if n != "n_rows" and n != "eps"],
@@ -409,3 +413,22 @@ def test_repeat_calls_with_a_strided_weight(device):
     for _ in range(3):
         torch.testing.assert_close(rms_norm(x, w, 1e-6).double(), ref, atol=3e-3, rtol=0)
     assert len(op._FAST) == 0
+
+
+@pytest.mark.gpu
+def test_eviction_hint_follows_the_tensor_size(device):
+    """x's loads are hinted evict_last only past twice L2 (lesson 11's 128 MB tensors),
+    not on L2-sized ones, where the hint measured slower; there 1024 columns take the
+    tuned 4 rows of 2 warps."""
+    l2 = torch.cuda.get_device_properties(device).L2_cache_size
+    small = torch.empty(l2 // 4096, 1024, device=device, dtype=torch.bfloat16)  # L2 / 2
+    big = torch.empty(4 * l2 // 2048, 1024, device=device, dtype=torch.bfloat16)  # 4 x L2
+    _, _, meta = op._fwd_plan(small)
+    assert (meta["X_EVICT"], meta["ROWS"], meta["num_warps"]) == ("", 4, 2)
+    _, _, meta = op._fwd_plan(big)
+    assert (meta["X_EVICT"], meta["ROWS"], meta["num_warps"]) == ("evict_last", 4, 8)
+    for x in (small, big):
+        x.normal_()
+        w = torch.randn(1024, device=device, dtype=torch.bfloat16)
+        want = F.rms_norm(x.double(), (1024,), w.double(), EPS)
+        torch.testing.assert_close(op.rms_norm(x, w, EPS).double(), want, atol=2e-2, rtol=2e-2)

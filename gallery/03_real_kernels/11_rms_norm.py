@@ -340,10 +340,10 @@ say(
 # has to earn its place.  The experiment below times the lesson's launchers
 # against :func:`~tilebook.ops.rms_norm.launch_rms_norm_fwd` and
 # :func:`~tilebook.ops.rms_norm.launch_rms_norm_bwd` at the three row lengths of
-# ``HIDDEN``.  The package's forward groups short rows several to a program and
-# adds an eviction hint to its loads (``evict_last``: if lines must leave L2,
-# these go last); where it groups rows, its kernel also runs on one row a program
-# with the lesson's warps, to tell the hint from the grouping ("hint only").
+# ``HIDDEN``.  The package's forward groups short rows several to a program and,
+# on tensors far larger than L2 (as here), hints ``evict_last`` on its loads (if
+# lines must leave L2, these go last); where it groups rows, it also runs one row a
+# program with the lesson's warps, to tell the hint from the grouping ("hint only").
 # Every variant is checked against float64 before it is timed.
 
 
