@@ -14,6 +14,12 @@ import tilebook
 if not os.environ.get("TILEBOOK_BANNER_SHOWN"):
     print(tilebook.banner(), flush=True)
 
+# Lesson 14 runs torch.profiler; on a machine without a GPU, PyTorch's CUDA build has
+# its profiler library (Kineto) print "USDT: profiler_start" and "gpuGetDeviceCount
+# failed" lines straight to stderr: noise in the build log that asks for no action.
+# Level 6 is past every level Kineto logs at (it reads the variable when profiling).
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent / "_ext"))
 
