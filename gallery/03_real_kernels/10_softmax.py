@@ -526,8 +526,8 @@ report.assert_ok()
 
 # %%
 # How fast is the backward?  The package's against PyTorch's (which autograd
-# calls) and Inductor's, on a row it takes in one pass and on the longest row
-# the forward keeps in registers, which the backward walks in chunks:
+# calls) and Inductor's, on a short row and on the longest row the package
+# keeps in registers, where its backward holds two rows (``y`` and ``dy``) at once:
 
 bwd = record_or_measure(
     "lesson10_backward",

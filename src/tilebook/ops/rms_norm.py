@@ -10,8 +10,9 @@ kernels, their launchers and the autograd glue.
 * Backward: ``dx`` row by row, and ``dweight``, a sum over *all* rows.  Instead of
   atomics or locks, a persistent grid (a few programs per SM) walks the rows; each
   program adds its rows' ``dy * x_hat`` into an fp32 accumulator that stays in
-  registers and writes it once, as one row of a ``(programs, H)`` buffer.  A
-  final sum over that small buffer gives ``dweight``, deterministically.
+  registers and writes it once, as one row of a ``(programs, H)`` buffer.
+  :func:`tilebook.ops.partials.sum_partials_kernel` adds that small buffer up in
+  a fixed order (so ``dweight`` is deterministic) and casts it.
 
 Both passes are memory-bound: a handful of flops per element against 2 (forward)
 or 3 (backward) full tensors of traffic, so the aim is the copy bandwidth.

@@ -6,7 +6,7 @@ memory-bound: the forward reads ``x`` and writes ``y``; the backward reads ``y``
 of HBM once, so the kernels come in two shapes:
 
 * **single pass** (rows up to :data:`ONLINE_THRESHOLD` elements, padded to a power
-  of two; 16384 for the backward, which holds two rows): a program loads a tile of
+  of two, in both directions): a program loads a tile of
   ``BLOCK_M`` whole rows into registers, reduces them and writes the result.  Short
   rows share a program so that each one still moves enough bytes to hide the
   latency of HBM.
