@@ -131,10 +131,7 @@ def env(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Run the test suite (CPU: Triton's interpreter; GPU tests run when a GPU is present)."""
     _environment(session)
-    # On every core by default (pytest-xdist); the site's tests stay on one worker
-    # (tests/conftest.py).  Arguments given after -- replace these.
-    args = session.posargs or ["-n", "auto", "--dist", "loadgroup"]
-    session.run(_bin("python"), "-m", "pytest", *args, external=True)
+    session.run(_bin("python"), "-m", "pytest", *session.posargs, external=True)
 
 
 # The build log's first line says which mode the build runs in, before Sphinx's own.

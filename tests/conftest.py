@@ -17,14 +17,6 @@ import tilebook
 
 
 def pytest_collection_modifyitems(config, items):
-    # Under pytest-xdist (--dist loadgroup), a module's tests share one worker, so its
-    # module-scoped fixtures (compiles, mostly) run once; every test of the built site
-    # shares one too: the site is built once per worker, into docs/lessons of this
-    # checkout, and two workers must not build it at the same time.
-    for item in items:
-        site = "built_site" in getattr(item, "fixturenames", ())
-        group = "site" if site else item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(group))
     if tilebook.is_gpu():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU; tilebook is in CPU (interpreter) mode")
