@@ -2,7 +2,7 @@
 
 Each shape is checked against a float64 product on the GPU before it is timed;
 FLOPs counted: 2*M*N*K.  Square sizes take the persistent TMA kernel on a Hopper
-GPU; the odd ragged shape (rows not 16-byte aligned) takes the pointer kernel.
+GPU; so does the odd ragged shape (rows not 16-byte aligned), through aligned copies.
 
     PYTHONPATH=src python benchmarks/matmul.py            # table, ratio vs cuBLAS
     PYTHONPATH=src python benchmarks/matmul.py --square   # 2048, 4096 and 8192 cubed only
@@ -34,7 +34,7 @@ from tilebook.experiments import matmul as experiment
 from tilebook.ops import matmul as mm
 
 DTYPE = torch.bfloat16
-# (M, N, K): square sizes, then ragged ones: aligned rows (TMA path), odd rows (pointer path).
+# (M, N, K): square sizes, then ragged ones: aligned rows (TMA path), odd rows (staged).
 SHAPES = [
     (2048, 2048, 2048),
     (4096, 4096, 4096),

@@ -65,6 +65,44 @@ def test_tma_kernel(m, n, k):
     assert_matches(mm.fused_matmul(a, b, impl="tma"), a, b)
 
 
+@needs_tma
+def test_tma_stages_operands_whose_rows_are_not_aligned():
+    # K = 29 and N = 37 halves: no row of A, B or C starts on 16 bytes.  impl="tma" copies
+    # A and B to padded rows and writes C through a padded buffer; the second call of
+    # the kind repeats that from the cached launch.
+    a, b = rand(33, 29, dtype=torch.float16), rand(29, 37, dtype=torch.float16)
+    assert mm._tma_layout(a) is None and mm._tma_layout(b) is None
+    for _ in range(3):
+        out = mm.fused_matmul(a, b, impl="tma")
+        assert out.is_contiguous() and out.stride() == (37, 1)
+        assert_matches(out, a, b)
+    key = ("tma", 33, 37, 29, torch.float16, False, False, False, "none")
+    assert key in mm._PICKED, "the TMA kernel did not run"
+    # One operand aligned (read in place, transposed), the other copied; bias + GELU.
+    bt = rand(40, 29, dtype=torch.float16).t()  # (29, 40): B^T rows of 29 halves
+    at = rand(29, 48, dtype=torch.float16).t()  # (48, 29): A^T rows of 48 halves, aligned
+    bias = rand(40, dtype=torch.float16)
+    for _ in range(2):
+        out = mm.fused_matmul(at, bt, bias, "gelu", impl="tma")
+        ref = torch.nn.functional.gelu(at.double() @ bt.double() + bias.double())
+        torch.testing.assert_close(out.double(), ref, atol=2e-2, rtol=1e-2)
+
+
+def test_staging_pads_rows_to_16_bytes():
+    for dtype, cols, stride in (
+        (torch.float16, 29, 32),
+        (torch.float32, 5, 8),
+        (torch.float16, 8, 8),
+    ):
+        t = rand(3, cols, dtype=dtype)
+        s = mm._aligned_copy(t)
+        assert s.shape == t.shape and s.stride() == (stride, 1) and s.data_ptr() % 16 == 0
+        assert torch.equal(s, t)
+    # Aligned operands are read in place, transposed ones included; offset views are not.
+    base = rand(16, 24, dtype=torch.float16)
+    assert mm._aligned(base) and mm._aligned(base.t()) and not mm._aligned(base[:, 1:])
+
+
 def _layouts(m, n, k, dtype):
     """(name, a, b) pairs of the same sizes in different memory layouts."""
     yield "row-major", rand(m, k, dtype=dtype), rand(k, n, dtype=dtype)
@@ -175,7 +213,10 @@ def test_runtime_arguments_then_constexprs_fill_the_signature():
     t = rand(16, 16, dtype=torch.float16)
     blocks = ([16, 16],) * 3
     cases = [
-        (mm.matmul_tma_kernel, mm._tma_args(16, 16, 16, False, True, (16, 1), (1, 16), blocks)),
+        (
+            mm.matmul_tma_kernel,
+            mm._tma_args(16, 16, 16, False, True, (16, 1), (1, 16), (16, 1), blocks),
+        ),
         (mm.matmul_kernel, mm._ptr_args(16, 16, 16, (16, 1), (16, 1))),
     ]
     for kernel, make in cases:
@@ -223,7 +264,7 @@ def test_bad_inputs():
         mm.fused_matmul(a, b, activation="tanh")
     with pytest.raises(ValueError, match="fused_matmul: bias must have shape"):
         mm.fused_matmul(a, b, rand(5))
-    with pytest.raises(ValueError, match="impl="):
+    with pytest.raises(ValueError, match="impl='tma' needs 16-bit operands"):
         mm.fused_matmul(a, b, impl="tma")  # float32 never takes the TMA kernel
 
 
@@ -251,6 +292,21 @@ def test_bf16_gpu(m, n, k):
                 assert_matches(mm.fused_matmul(a, b, impl="tma"), a, b)
         except AssertionError as exc:
             raise AssertionError(f"{name}: {exc}") from exc
+
+
+@pytest.mark.gpu
+def test_bf16_gpu_large_odd_product_is_staged_for_tma():
+    # Rows of 2045 and 2049 halves: not 16-byte aligned; above STAGE_MIN_MACS "auto"
+    # stages them for the TMA kernel (H100), or keeps the pointer kernel elsewhere.
+    m, n, k = 2047, 2049, 2045
+    assert m * n * k >= mm.STAGE_MIN_MACS
+    a, b = rand(m, k, dtype=torch.bfloat16), rand(k, n, dtype=torch.bfloat16)
+    for _ in range(2):
+        out = mm.matmul(a, b)
+        assert out.is_contiguous()
+        assert_matches(out, a, b)
+    kernels = {p["kernel"] for p in mm.picked_configs() if (p["M"], p["N"], p["K"]) == (m, n, k)}
+    assert kernels == ({"tma"} if HAS_TMA else {"pointer"})
 
 
 @pytest.mark.gpu

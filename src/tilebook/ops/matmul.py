@@ -9,7 +9,11 @@ Two kernels compute the same thing:
   the copy engine (TMA) fetch tiles, with zero fill past the edges, and a
   persistent grid of one program per SM walks the tiles, so that one tile's
   epilogue overlaps the next tile's loads.  It needs 16-bit inputs whose rows are
-  16-byte aligned; everything else takes the pointer kernel.
+  16-byte aligned.  Large products whose rows are not (4095 x 4093, say) are
+  staged: the operands are copied to rows padded to 16 bytes, the kernel writes a
+  padded output, and that is copied back (on an H100, 418 us in all for 4095 x
+  4097 x 4093 where cuBLAS took 873 and the pointer kernel 1101).  Everything
+  else takes the pointer kernel.
 
 Both visit tiles in grouped order (``GROUP_M`` rows of tiles at a time), keep
 the accumulator in float32, and apply the bias and the activation in registers
@@ -248,8 +252,10 @@ GPU_PTR_CONFIGS = [
 # (4096 and 8192 cubed); without it, one or two tiles per program ran faster (2048
 # cubed: 595 against 424 TFLOP/s) and so did the GELU epilogue.  128x128 tiles with two
 # programs per SM (maxnreg=128) were slower everywhere: 430 to 650 TFLOP/s.
+# 256x128 won at 3000x5000x2000 (120.6 us against 128.7 for the best 128x256).
 GPU_TMA_CONFIGS = [
     _tma_cfg(128, 256, 64, 8, 3, split_n=True),
+    _tma_cfg(256, 128, 64, 8, 4, split_n=True),
     _tma_cfg(128, 256, 64, 8, 4, split_n=True),
     _tma_cfg(128, 256, 64, 8, 3, split_n=True, flatten=False),
     _tma_cfg(128, 256, 64, 8, 4, split_n=True, flatten=False),
@@ -464,7 +470,7 @@ def _first_launch(jit_fn, grid0, args, kw):
     return jit_launch
 
 
-def _tma_args(M, N, K, a_t, b_t, a_strides, b_strides, blocks):
+def _tma_args(M, N, K, a_t, b_t, a_strides, b_strides, c_strides, blocks):
     """``args(a, b, c, bias)``: the TMA kernel's arguments for operands laid out like
     these, ``a`` and ``b`` being the tensors that hold A and B (or A^T, B^T) in memory:
     views of them (the same data pointer) give the same arguments."""
@@ -472,7 +478,7 @@ def _tma_args(M, N, K, a_t, b_t, a_strides, b_strides, blocks):
     (sa0, sa1), (sb0, sb1) = a_strides, b_strides
     a_shape, a_str = ([K, M], [sa1, sa0]) if a_t else ([M, K], [sa0, sa1])
     b_shape, b_str = ([N, K], [sb1, sb0]) if b_t else ([K, N], [sb0, sb1])
-    c_shape, c_str = [M, N], [N, 1]
+    c_shape, c_str = [M, N], list(c_strides)
     desc = TensorDescriptor
 
     def args(a, b, c, bias):
@@ -532,7 +538,7 @@ def _launch_tma(a, b, c, bias, activation):
     picked = _PICKED.get(key)
     if picked is not None:
         kw, grid, blocks = picked
-        args = _tma_args(M, N, K, a_t, b_t, a.stride(), b.stride(), blocks)
+        args = _tma_args(M, N, K, a_t, b_t, a.stride(), b.stride(), c.stride(), blocks)
         return _Runner(_first_launch(matmul_tma_kernel, grid[0], args(a, b, c, bias), kw), args)
     a_src = a.t() if a_t else a
     b_src = b.t() if b_t else b
@@ -557,6 +563,66 @@ def _launch_tma(a, b, c, bias, activation):
     kw = {**_tma_kernel.best_config.all_kwargs(), **flags}
     _PICKED[key] = (kw, grid(kw), tuple(_set_tma_blocks(kw).values()))
     return True
+
+
+# From this many multiply-adds on (about 1625 cubed), a product whose rows are not
+# 16-byte aligned is staged through aligned copies for the TMA kernel.  H100, bf16:
+# at 2047 x 2049 x 2045 staging took 94 us against the pointer kernel's 200 (cuBLAS
+# 163); at 1023 x 1025 x 1021, 41 to 62 us against 42.
+STAGE_MIN_MACS = 2**32
+
+
+def _aligned(t: torch.Tensor) -> bool:
+    """Whether the TMA kernel can read ``t`` in place (as it is or transposed)."""
+    return _tma_layout(t) is not None
+
+
+def _aligned_empty(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """An uninitialised (rows, cols) tensor like ``t`` whose rows start 16-byte aligned."""
+    pad = -cols % (16 // t.element_size())
+    return t.new_empty((rows, cols + pad))[:, :cols]
+
+
+def _aligned_copy(t: torch.Tensor) -> torch.Tensor:
+    out = _aligned_empty(t, *t.shape)
+    out.copy_(t)
+    return out
+
+
+class _Staged(_Runner):
+    """A launch of the TMA kernel on aligned copies: ``copy_a``/``copy_b`` say which
+    operands are copied, ``pad_c`` whether the output goes through a padded buffer."""
+
+    __slots__ = ("copy_a", "copy_b", "inner", "pad_c")
+
+    def __init__(self, inner, copy_a: bool, copy_b: bool, pad_c: bool):
+        self.inner, self.copy_a, self.copy_b, self.pad_c = inner, copy_a, copy_b, pad_c
+
+    def __call__(self, a, b, c, bias) -> bool:
+        return _staged_run(self.inner, a, b, c, bias, self.copy_a, self.copy_b, self.pad_c)
+
+
+def _staged_run(launch, a, b, c, bias, copy_a, copy_b, pad_c):
+    a_s = _aligned_copy(a) if copy_a else a
+    b_s = _aligned_copy(b) if copy_b else b
+    c_s = _aligned_empty(c, *c.shape) if pad_c else c
+    launched = launch(a_s, b_s, c_s, bias)
+    if launched is None or launched is False:
+        return launched
+    if pad_c:
+        c.copy_(c_s)
+    return launched
+
+
+def _launch_staged(a, b, c, bias, activation):
+    """Run the TMA kernel on aligned copies of whichever of ``a``, ``b`` and ``c`` it
+    cannot use in place.  Returns True (autotuned) or a :class:`_Staged` runner."""
+    copy_a, copy_b, pad_c = not _aligned(a), not _aligned(b), _tma_layout(c) is not False
+    first = lambda a, b, c, bias: _launch_tma(a, b, c, bias, activation)
+    launched = _staged_run(first, a, b, c, bias, copy_a, copy_b, pad_c)
+    if isinstance(launched, _Runner):
+        return _Staged(launched, copy_a, copy_b, pad_c)
+    return launched
 
 
 def _max_offset(t: torch.Tensor) -> int:
@@ -795,14 +861,16 @@ def _run(a, b, bias, activation, impl, op) -> tuple[torch.Tensor, _Runner | bool
         contiguous_bias = bias.contiguous()
     want_tma = impl == "tma" or (impl == "auto" and runtime.is_gpu())
     tma_ok = want_tma and K > 0 and a.dtype in _TMA_DTYPES and _tma_supported(a.device)
+    if impl == "tma" and not tma_ok:
+        raise ValueError(
+            f"{op}: impl='tma' needs 16-bit operands (float16 or bfloat16) and K > 0, on a "
+            "Hopper GPU or under the interpreter"
+        )
     with device_guard(a):  # the autotuner and the JIT launch on the current device
         launched = _launch_tma(a, b, c, contiguous_bias, activation) if tma_ok else None
+        if launched is None and tma_ok and (impl == "tma" or M * N * K >= STAGE_MIN_MACS):
+            launched = _launch_staged(a, b, c, contiguous_bias, activation)
         if launched is None:
-            if impl == "tma":
-                raise ValueError(
-                    f"{op}: impl='tma' needs 16-bit operands with 16-byte aligned rows on a "
-                    "Hopper GPU or the interpreter"
-                )
             launched = _launch_ptr(a, b, c, contiguous_bias, activation)
     # A runner reads the bias it is given: one that needed a copy cannot be repeated.
     return c, (launched if contiguous_bias is bias else None)
