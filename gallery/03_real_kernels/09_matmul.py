@@ -590,12 +590,7 @@ print(counted)
 
 autotuning = mm.set_autotune(False)
 SIZES = [(n, n, n) for n in (2048, 4096, 8192)] + [(4095, 4097, 4093)]
-
-
-def sizes_sweep():
-    return experiment.versus_cublas(SIZES)
-
-
+sizes_sweep = functools.partial(experiment.versus_cublas, SIZES)
 sizes = record_or_measure(
     "lesson09_sizes", "matmul, bf16: tilebook, cuBLAS", sizes_sweep
 )
@@ -624,29 +619,22 @@ else:
 shown
 
 # %%
-# A row of 4093 bf16 values is 8186 bytes, so rows do not start on 16-byte
-# boundaries, and neither descriptors nor 16-byte loads apply (exercise 2):
-# cuBLAS runs the ragged shape far slower than 4096 cubed.  For a product this
-# large, :func:`tilebook.matmul` first copies ``A`` and ``B`` to rows padded to a
-# multiple of 16 bytes (the padding is never read: the descriptor's shape stops at
-# the real edge), runs the Hopper kernel on the copies into a padded output, and
-# copies that back.  The table's tilebook row includes the three copies.
+# A row of 4093 bf16 values is 8186 bytes: rows do not start on 16-byte boundaries,
+# so neither descriptors nor 16-byte loads apply (exercise 2), and cuBLAS runs the
+# ragged shape far slower than 4096 cubed.  For so large a product
+# :func:`tilebook.matmul` copies ``A`` and ``B`` to rows padded to 16 bytes, runs the
+# Hopper kernel into a padded output and copies that back, all in the table's time.
 
 claims_sizes = Claims("09 matmul", sizes)
 if sizes is not None:
-    ragged = {i: sizes.one(shape="4095x4097x4093", impl=i) for i in ("tilebook", "cuBLAS")}
-    square = sizes.one(shape="4096x4096x4096", impl="cuBLAS")["tflops"]
-    claims_sizes.check(
-        "cuBLAS: the ragged shape runs under half the rate of 4096 cubed",
-        ragged["cuBLAS"]["tflops"] < 0.5 * square,
-        f"{ragged['cuBLAS']['tflops']:.0f} against {square:.0f} TFLOP/s",
-    )
-    s = speedup(ragged["tilebook"], ragged["cuBLAS"])
-    claims_sizes.check(
-        "tilebook, copies included, is faster than cuBLAS on the ragged shape",
-        s.faster,
-        s.evidence("tilebook", "cuBLAS"),
-    )
+    one = functools.partial(sizes.one, shape="4095x4097x4093")
+    rg, sq = one(impl="cuBLAS"), sizes.one(shape="4096x4096x4096", impl="cuBLAS")
+    ev = f"{rg['tflops']:.0f} against {sq['tflops']:.0f} TFLOP/s"
+    half = rg["tflops"] < 0.5 * sq["tflops"]
+    claims_sizes.check("cuBLAS: the ragged shape, under half of 4096 cubed", half, ev)
+    s = speedup(one(impl="tilebook"), rg)
+    ev = s.evidence("tilebook", "cuBLAS")
+    claims_sizes.check("tilebook, the copies included, is faster on it", s.faster, ev)
 claims_sizes
 
 # %%
