@@ -54,6 +54,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarn
 def lesson(tmp_path_factory):
     """The lifted definitions as an importable module (Triton needs their source)."""
     header = "import tilebook\nimport torch\nimport triton\nimport triton.language as tl\n"
+    header += "from tilebook.ops.epilogue import HW_TANH, tanh_approx\n"
     folder = tmp_path_factory.mktemp("lesson08")
     # registered: the interpreter looks kernels' globals up in sys.modules
     module = SCRIPT.lift(LIFTED, folder, header + "\n\n", register=True)
@@ -216,7 +217,10 @@ def _check_line(number: int) -> str:
 
 def test_exercise_1_relu2_solution_passes_its_check(tmp_path):
     (branch,) = exercise_blocks(SCRIPT.text)[1]
-    tail = '    elif ACTIVATION == "silu":\n        x = x * tl.sigmoid(x)\n    return x'
+    tail = (
+        "        x = 0.5 * x + 0.5 * x * tanh_approx(0.5 * x) if HW_TANH else x * tl.sigmoid(x)\n"
+    )
+    tail += "    return x"
     assert SCRIPT.source("activation").endswith(tail)
     code = tail.replace("    return x", textwrap.indent(branch, "    ") + "    return x")
     mod = _exercise_run(tmp_path / "ex1.py", _check_line(1), change=(tail, code))

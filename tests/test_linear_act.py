@@ -337,3 +337,38 @@ def test_gelu_epilogue_matches_the_erf_form():
     assert out[0].item() == 0.0
     assert out[1].item() == 30.0 and out[2].item() == float("inf")
     assert abs(out[3].item()) < 1e-6
+
+
+@pytest.mark.parametrize("activation", ["gelu_tanh", "silu"])
+def test_sigmoid_activations_match_float64(activation):
+    # On a GPU the one-instruction tanh.approx form (measured on an H100: at most 1e-4
+    # relatively, 1e-5 absolutely over [-30, 30]); under the interpreter the sigmoid
+    # form, at float32's own accuracy.
+    x = torch.linspace(-30.0, 30.0, 240_001, device=DEV)
+    y = _run_activation(x, activation).double()
+    x64 = x.double()
+    ref = F.gelu(x64, approximate="tanh") if activation == "gelu_tanh" else F.silu(x64)
+    err = (y - ref).abs()
+    rel, absolute = (2e-4, 2e-5) if epilogue.HW_TANH.value else (2e-6, 4e-6)
+    big = ref.abs() > 1e-2
+    assert (err[big] / ref[big].abs()).max().item() < rel
+    assert err.max().item() < absolute
+    assert epilogue.HW_TANH.value == tilebook.is_gpu()
+
+
+def test_compiled_for_a_gpu_the_sigmoid_activations_take_one_tanh():
+    # Ahead of time (no GPU needed, HW_TANH on in the compiling process): SiLU and the
+    # tanh GELU issue one MUFU.TANH a value and no exponential or reciprocal.
+    from tilebook.aot import compile_many
+
+    sig = {"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32"}
+    jobs = {
+        act: {"kernel": _activation_probe, "constexprs": {"ACTIVATION": act, "BLOCK": 128}}
+        for act in ("silu", "gelu_tanh", "gelu")
+    }
+    compiled = compile_many(jobs, signature=sig, num_warps=4, arch=90)
+    for act, k in compiled.items():
+        sass = k.stage("sass")
+        assert ("MUFU.TANH" in sass) == (act != "gelu"), act
+        assert ("MUFU.RCP" in sass) is False, act
+    assert "MUFU.EX2" in compiled["gelu"].stage("sass")

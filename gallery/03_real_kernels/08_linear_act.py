@@ -24,8 +24,8 @@ compiled epilogue and make the GELU cheaper.
   registers, chosen at compile time with a ``tl.constexpr``, then one store;
 - how to count the bytes an unfused activation adds, and predict from them
   what fusion saves while a layer is limited by memory;
-- how to count the instructions an epilogue costs in the compiled kernel, and
-  why the package's GELU is a fitted ``exp2`` rather than ``erf``.
+- how to count the instructions an epilogue costs in the compiled kernel, why the
+  package's GELU is a fitted ``exp2``, not ``erf``, and its SiLU one ``tanh.approx``.
 
 The epilogue lives in the package as :mod:`tilebook.ops.epilogue`.  Lesson 09
 adds the loop over ``K`` that large layers need; :func:`tilebook.linear_act`
@@ -54,6 +54,7 @@ from tilebook.check import CorrectnessReport
 from tilebook.claims import Claims, speedup
 from tilebook.datasheet import fact
 from tilebook.experiments import linear_act as experiment
+from tilebook.ops.epilogue import HW_TANH, tanh_approx
 from tilebook.plots import plot_record
 from tilebook.prose import say
 from tilebook.tables import table
@@ -211,26 +212,22 @@ def fused(x, w, b, activation):
 
 PER_THREAD = GPU_TILE[0] * GPU_TILE[1] // (32 * WARPS)  # values of the tile
 kib = (GPU_TILE[0] + GPU_TILE[1]) * MAX_K * 2 / 1024
+shape = {"tile": "{} x {}".format(*GPU_TILE), "per": PER_THREAD, "k": MAX_K, "kib": kib}
 say(
     "On a GPU a program holds a {tile} tile: {per} float32 values a thread.  At "
     "``K`` = {k} its two bf16 input tiles take {kib:.0f} KiB of shared memory.",
-    tile="{} x {}".format(*GPU_TILE),
-    per=PER_THREAD,
-    k=MAX_K,
-    kib=kib,
+    **shape,
 )
 
 # %%
 # Is it right?
 # ------------
 # Every activation, against the layer computed in float64 from the same inputs
-# (``experiment.reference``): ragged layers, no size a multiple of a tile, with
-# and without bias.  On a GPU each new case compiles, so the check runs in
-# bfloat16 on a ragged layer and on ``LAYER`` cut to its first rows, whose sizes
-# compile as the measured ones do; the interpreter checks float32 and float16
-# (it computes bf16 wrongly).  A case's verdict compares its relative error,
-# ``rel err`` (norm-wise), with ``tol``, the tolerance of its type;
-# ``max abs err`` is shown for reference, not compared.
+# (``experiment.reference``): ragged layers, no size a multiple of a tile, with and
+# without bias.  On a GPU (where each new case compiles) the check runs in bfloat16 on
+# a ragged layer and on ``LAYER`` cut to its first rows; the interpreter checks float32
+# and float16 (it computes bf16 wrongly).  A case passes when its norm-wise ``rel
+# err`` is within ``tol``, its type's tolerance; ``max abs err`` is for reference.
 
 ALL = list(experiment.TORCH_ACT)
 LAYER_MKN = (experiment.CHECK_ROWS, LAYER[2], LAYER[1])  # (M, K, N)
@@ -324,9 +321,14 @@ say(
 # :math:`\Phi(-a)` is below float32's reach next to ``x``, and the clamp keeps
 # the polynomial where it was fitted.  The result is within :math:`6 \cdot
 # 10^{-7}` of the erf form, far below what a 16-bit output resolves (the
-# package's tests hold it to that).  These two functions are the package's
-# epilogue, :mod:`tilebook.ops.epilogue`: ``epilogue`` adds the bias, loaded
-# for the tile's columns and masked past ``N``, and calls ``activation``.
+# package's tests hold it to that).  The tanh GELU and SiLU multiply by a sigmoid:
+# an exponential and a reciprocal, two ``MUFU`` instructions a value.  As
+# :math:`x\,\sigma(v) = \tfrac{x}{2} + \tfrac{x}{2}\tanh\tfrac{v}{2}` they need one,
+# PTX's ``tanh.approx.f32`` (``tanh_approx``, through ``tl.inline_asm_elementwise``),
+# whose error is also below a 16-bit output's resolution.  The interpreter runs no
+# assembly: there ``HW_TANH`` is false and the sigmoid form runs.  These functions
+# are the package's epilogue, :mod:`tilebook.ops.epilogue`: ``epilogue`` adds the
+# bias, loaded for the tile's columns and masked past ``N``, and calls ``activation``.
 
 
 @triton.jit
@@ -346,11 +348,12 @@ def activation(x, ACTIVATION: tl.constexpr):
         p = p * t - 0.9999954700469971
         x = tl.maximum(x, 0.0) - t * tl.exp2(p)
     elif ACTIVATION == "gelu_tanh":
-        # 0.5 * x * (1 + tanh(u)) == x * sigmoid(2u): no tanh, which needs libdevice
+        # 0.5 * x * (1 + tanh(u)), or x * sigmoid(2u) where there is no tanh_approx
         u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
-        x = x * tl.sigmoid(2.0 * u)
+        x = 0.5 * x + 0.5 * x * tanh_approx(u) if HW_TANH else x * tl.sigmoid(2.0 * u)
     elif ACTIVATION == "silu":
-        x = x * tl.sigmoid(x)
+        # x * sigmoid(x) == x/2 + x/2 * tanh(x/2): one MUFU instruction, not two
+        x = 0.5 * x + 0.5 * x * tanh_approx(0.5 * x) if HW_TANH else x * tl.sigmoid(x)
     return x
 
 
@@ -646,11 +649,8 @@ if record is not None:
         speedup(depth[k, "fused"], depth[k, "unfused, PyTorch"]) for k in SWEEP_K[::2]
     )
     ends = f"{lo.evidence('fused', 'the pair')} and {hi.evidence('fused', 'the pair')}"
-    claims_k.check(
-        "fusion is worth less at the largest K than at the smallest",
-        lo.ratio > hi.ratio,
-        ends,
-    )
+    less = "fusion is worth less at the largest K than at the smallest"
+    claims_k.check(less, lo.ratio > hi.ratio, ends)
     last = say("At the largest ``K`` the fused kernel is {v} the pair.", v=verdict(hi))
 else:
     last = say("There is no record to read.")
