@@ -20,11 +20,14 @@ from tilebook.experiments import linear_act as experiment
 
 # run_all.py's ratio: against the unfused pair, the thing a fused kernel replaces.
 BASELINE = {f"linear+{act}": ["unfused"] for act in experiment.TORCH_ACT}
-# (M, N, K, activation): the headline transformer-MLP shape, then a SwiGLU-sized one,
-# then a ragged batch (3 x 1001 tokens, 4095 outputs: odd rows take the pointer kernel).
+# (M, N, K, activation): the headline transformer-MLP shape with every activation,
+# then a SwiGLU-sized one, then a ragged batch (3 x 1001 tokens, 4095 outputs: rows
+# not 16-byte aligned, so the output goes through a padded buffer).
 SHAPES = [
     (8192, 4096, 4096, "gelu"),
     (8192, 4096, 4096, "gelu_tanh"),
+    (8192, 4096, 4096, "silu"),
+    (8192, 4096, 4096, "relu"),
     (4096, 11008, 4096, "silu"),
     (3003, 4095, 4096, "gelu"),
 ]
