@@ -131,7 +131,10 @@ def env(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Run the test suite (CPU: Triton's interpreter; GPU tests run when a GPU is present)."""
     _environment(session)
-    session.run(_bin("python"), "-m", "pytest", *session.posargs, external=True)
+    # On every core by default (pytest-xdist), with the site built once in the
+    # background beside them (tests/conftest.py).  Arguments given after -- replace these.
+    args = session.posargs or ["-n", "auto"]
+    session.run(_bin("python"), "-m", "pytest", *args, external=True)
 
 
 # The build log's first line says which mode the build runs in, before Sphinx's own.

@@ -7,13 +7,50 @@ import functools
 import http.server
 import os
 import shutil
+import tempfile
 import threading
+from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 import torch
 
 import tilebook
+
+# The site is built once per session, in the background from the end of collection
+# on, into a folder that the session's processes (pytest-xdist's workers) share: the
+# controller names it before it starts any worker.
+SITE_SHARED = "TILEBOOK_SITE_SHARED"
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):  # the controller, or a run without workers
+        # Keep the sites of the last two sessions (to look at, or to reuse through
+        # TILEBOOK_BUILT_SITE=<folder>/site), as pytest keeps its last temporary folders.
+        old = sorted(Path(tempfile.gettempdir()).glob("tilebook-site-*"), key=os.path.getmtime)
+        for folder in old[:-2]:
+            shutil.rmtree(folder, ignore_errors=True)
+        os.environ[SITE_SHARED] = tempfile.mkdtemp(prefix="tilebook-site-")
+
+
+def pytest_collection_finish(session):
+    if os.environ.get("TILEBOOK_BUILT_SITE") or session.testsfailed:  # collection errors
+        return
+    if any("built_site" in getattr(item, "fixturenames", ()) for item in session.items):
+        import site_build
+
+        site_build.start(Path(os.environ[SITE_SHARED]))
+        # The build times every lesson against its CPU budget: the tests running beside
+        # it yield the CPU to it (the build, started first, keeps its priority).
+        if hasattr(os, "nice"):
+            os.nice(10)
+
+
+def pytest_unconfigure(config):
+    if not hasattr(config, "workerinput"):
+        import site_build
+
+        site_build.stop(Path(os.environ[SITE_SHARED]))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -36,21 +73,19 @@ def _seed():
 
 
 @pytest.fixture(scope="session")
-def built_site(tmp_path_factory):
+def built_site():
     """The site, built once in CPU mode: (html directory, build log).
 
     ``TILEBOOK_BUILT_SITE=<dir>`` (a build's output folder holding ``html/`` and
     ``build.log``) reuses a site built before, to iterate on the site tests.
     """
-    from pathlib import Path
-
-    from site_build import build_site
-
     given = os.environ.get("TILEBOOK_BUILT_SITE")
     if given:
         root = Path(given)
         return root / "html", (root / "build.log").read_text()
-    return build_site(tmp_path_factory.mktemp("site"))
+    import site_build
+
+    return site_build.wait(Path(os.environ[SITE_SHARED]))
 
 
 def lesson_pages(html_dir) -> list[str]:

@@ -324,11 +324,11 @@ say(
 # package's tests hold it to that).  The tanh GELU and SiLU multiply by a sigmoid:
 # an exponential and a reciprocal, two ``MUFU`` instructions a value.  As
 # :math:`x\,\sigma(v) = \tfrac{x}{2} + \tfrac{x}{2}\tanh\tfrac{v}{2}` they need one,
-# PTX's ``tanh.approx.f32`` (``tanh_approx``, through ``tl.inline_asm_elementwise``),
-# whose error is also below a 16-bit output's resolution.  The interpreter runs no
-# assembly: there ``HW_TANH`` is false and the sigmoid form runs.  These functions
-# are the package's epilogue, :mod:`tilebook.ops.epilogue`: ``epilogue`` adds the
-# bias, loaded for the tile's columns and masked past ``N``, and calls ``activation``.
+# :term:`PTX`'s ``tanh.approx.f32`` (``tanh_approx``, by ``tl.inline_asm_elementwise``),
+# its error too below a 16-bit output's resolution.  The interpreter runs no assembly:
+# there ``HW_TANH`` is false and the sigmoid form runs.  These are the package's
+# epilogue, :mod:`tilebook.ops.epilogue`: ``epilogue`` adds the bias, loaded for the
+# tile's columns and masked past ``N``, and calls ``activation``.
 
 
 @triton.jit
