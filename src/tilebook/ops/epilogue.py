@@ -39,18 +39,20 @@ from .. import runtime
 
 __all__ = ["ACTIVATIONS", "HW_TANH", "activation", "epilogue", "tanh_approx"]
 
-#: The values of ``ACTIVATION``: ``"gelu"`` is the erf form, ``"gelu_tanh"`` the
+#: The values of ``ACTIVATION``.  ``"gelu"`` is the erf form, ``"gelu_tanh"`` the
 #: tanh approximation, as in ``torch.nn.functional.gelu``.
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
 
-#: Whether kernels compile with :func:`tanh_approx`: everywhere but the interpreter
-#: (ahead-of-time compiles included, so that they show what a GPU runs).
+#: Whether kernels compile with :func:`tanh_approx`, as they do everywhere but under
+#: the interpreter (ahead-of-time compiles included, so that they show what a GPU runs).
 HW_TANH = tl.constexpr(not runtime.is_interpreter())
 
 
 @triton.jit
 def tanh_approx(x):
-    # One MUFU instruction (sm_75 on); about 1e-4 relative error.
+    """``tanh(x)`` in one special-function instruction, PTX's ``tanh.approx.f32`` (sm_75
+    on), for float32 ``x``; about 1e-4 relative error.  Not under the interpreter, which
+    runs no assembly: kernels call it where :data:`HW_TANH` is true."""
     return tl.inline_asm_elementwise(
         "tanh.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1
     )

@@ -567,10 +567,10 @@ def _launch_tma(a, b, c, bias, activation):
     return True
 
 
-# From this many multiply-adds on (about 1625 cubed), a product whose rows are not
-# 16-byte aligned is staged through aligned copies for the TMA kernel.  H100, bf16:
-# at 2047 x 2049 x 2045 staging took 94 us against the pointer kernel's 200 (cuBLAS
-# 163); at 1023 x 1025 x 1021, 41 to 62 us against 42.
+#: From this many multiply-adds on (about 1625 cubed), a product whose rows are not
+#: 16-byte aligned is staged through aligned copies for the TMA kernel.  H100, bf16:
+#: at 2047 x 2049 x 2045 staging took 94 us against the pointer kernel's 200 (cuBLAS
+#: 163); at 1023 x 1025 x 1021, 41 to 62 us against 42.
 STAGE_MIN_MACS = 2**32
 
 
