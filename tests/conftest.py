@@ -27,9 +27,12 @@ def pytest_configure(config):
     if not hasattr(config, "workerinput"):  # the controller, or a run without workers
         # Keep the sites of the last two sessions (to look at, or to reuse through
         # TILEBOOK_BUILT_SITE=<folder>/site), as pytest keeps its last temporary folders.
+        import site_build
+
         old = sorted(Path(tempfile.gettempdir()).glob("tilebook-site-*"), key=os.path.getmtime)
         for folder in old[:-2]:
-            shutil.rmtree(folder, ignore_errors=True)
+            if not site_build.building(folder):  # another session's build in progress
+                shutil.rmtree(folder, ignore_errors=True)
         os.environ[SITE_SHARED] = tempfile.mkdtemp(prefix="tilebook-site-")
 
 

@@ -174,6 +174,15 @@ def _running(shared: Path) -> bool:
     return True
 
 
+def building(shared: Path) -> bool:
+    """Whether a build started in ``shared`` is still running."""
+    return (
+        (shared / "started").is_file()
+        and not (shared / "site" / "done.json").is_file()
+        and _running(shared)
+    )
+
+
 def wait(shared: Path, timeout: float = 2400.0) -> tuple[Path, str]:
     """The background build's html dir and log, once it has finished; raises if it
     failed or died."""
