@@ -476,10 +476,11 @@ def _no_grad_forward(x: torch.Tensor, key_dim: int, n_rows: int, n_cols: int) ->
     if launched is not None and type(x) is torch.Tensor and type(key_dim) is int:
         ints = (n_rows, n_cols, x2.stride(0), y2.stride(0))
         y_aligned = y.data_ptr() % 16 == 0
-        shape = x.shape
 
         def run(t: torch.Tensor) -> torch.Tensor | None:
-            out = torch.empty(shape, dtype=t.dtype, device=t.device)
+            # t is contiguous (its strides are in the key); empty_like took 3.6 us of host
+            # time on an H100's host where torch.empty(shape, dtype=, device=) took 7.5.
+            out = torch.empty_like(t, memory_format=torch.contiguous_format)
             if (out.data_ptr() % 16 == 0) is not y_aligned:  # another specialisation
                 return None
             return out if launched(t, out, *ints) else None
