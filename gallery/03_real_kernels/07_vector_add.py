@@ -240,12 +240,14 @@ claims.check(
     f"{2 ** (small[-1] - small[0])}x the bytes: {grows:.2f}x the time",
 )
 t_ours = [ours[e]["median_ms"] for e in small]
-grows_ours = t_ours[-1] / t_ours[0]
+grows_ours, more_bytes = t_ours[-1] / t_ours[0], 2 ** (small[-1] - small[0])
 if behind:  # where tilebook trails, check that it is not the kernel's work
+    # Host time moves from build to build: what the data support is "far less than
+    # the bytes" (a quarter of their growth at most), not "hardly at all".
     claims.check(
-        "At the smallest sizes tilebook's time hardly grows with the bytes either",
-        grows_ours < 2,
-        f"{2 ** (small[-1] - small[0])}x the bytes: {grows_ours:.2f}x the time",
+        "At the smallest sizes tilebook's time grows far less than the bytes",
+        grows_ours < more_bytes / 4,
+        f"{more_bytes}x the bytes: {grows_ours:.2f}x the time",
     )
 claims
 
@@ -267,7 +269,7 @@ regimes = say(
 if behind:
     regimes += say(
         "Below 2^{tie}, torch.add is ahead at {sizes}.  There tilebook's time "
-        "hardly grows with the bytes either ({lo:.1f} to {hi:.1f} µs over the "
+        "grows far less than the bytes ({lo:.1f} to {hi:.1f} µs over the "
         "smallest sizes), so the difference is not the kernel's work.  Most "
         "likely it is the Python that runs before each launch "
         "(``tilebook.vector_add`` checks its inputs and goes through the "
