@@ -61,6 +61,12 @@ def _make_source_tree(root: Path) -> None:
 
 
 def _build(out: Path, *, fresh: bool = True) -> tuple[Path, str, int]:
+    """Run sphinx-build (warnings are errors) in CPU mode: (html dir, log, return code).
+
+    The build reads a private copy of the sources (``source_tree(out)``) and writes only
+    under ``out``.  ``fresh=False`` builds again over what a build into ``out`` left, as a
+    maintainer's second ``nox -s docs`` does.
+    """
     env = dict(os.environ)
     env["TILEBOOK_MODE"] = "cpu"
     env.pop("TILEBOOK_RECORD_DIR", None)  # plot only what is committed
@@ -93,19 +99,6 @@ def _build(out: Path, *, fresh: bool = True) -> tuple[Path, str, int]:
         check=False,
     )
     return html, proc.stdout + proc.stderr, proc.returncode
-
-
-def build_site(out: Path, *, fresh: bool = True) -> tuple[Path, str]:
-    """Run sphinx-build (warnings are errors) in CPU mode; return the html dir and the log.
-
-    The build reads a private copy of the sources (``source_tree(out)``) and writes only
-    under ``out``.  ``fresh=False`` builds again over what a build into ``out`` left, as a
-    maintainer's second ``nox -s docs`` does.
-    """
-    html, log, returncode = _build(out, fresh=fresh)
-    if returncode != 0:
-        raise RuntimeError(f"sphinx-build failed ({returncode}):\n{log[-6000:]}")
-    return html, log
 
 
 def _lesson_sources(out: Path) -> dict[str, int]:

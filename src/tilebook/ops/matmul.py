@@ -579,14 +579,16 @@ def _aligned(t: torch.Tensor) -> bool:
     return _tma_layout(t) is not None
 
 
-def _aligned_empty(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
-    """An uninitialised (rows, cols) tensor like ``t`` whose rows start 16-byte aligned."""
+def _aligned_empty(t: torch.Tensor) -> torch.Tensor:
+    """An uninitialised tensor of ``t``'s shape, dtype and device whose rows start 16-byte
+    aligned."""
+    rows, cols = t.shape
     pad = -cols % (16 // t.element_size())
     return t.new_empty((rows, cols + pad))[:, :cols]
 
 
 def _aligned_copy(t: torch.Tensor) -> torch.Tensor:
-    out = _aligned_empty(t, *t.shape)
+    out = _aligned_empty(t)
     out.copy_(t)
     return out
 
@@ -607,7 +609,7 @@ class _Staged(_Runner):
 def _staged_run(launch, a, b, c, bias, copy_a, copy_b, pad_c):
     a_s = _aligned_copy(a) if copy_a else a
     b_s = _aligned_copy(b) if copy_b else b
-    c_s = _aligned_empty(c, *c.shape) if pad_c else c
+    c_s = _aligned_empty(c) if pad_c else c
     launched = launch(a_s, b_s, c_s, bias)
     if launched is None or launched is False:
         return launched
