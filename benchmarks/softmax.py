@@ -73,7 +73,8 @@ def table(rows: list[dict]) -> str:
 # ------------------------------------------------------------------------- the sweep
 
 
-# Per row length: (rows per tile, num_warps) for the single-pass kernels, or
+# Per row length: (rows per tile, num_warps) for the single-pass kernels (a third
+# item "reload": the backward reads its rows again for dx), or
 # ("online", chunk, num_warps, ctas_per_sm).  Each is timed with both L2 policies.
 _FWD_CANDIDATES: dict[int, list[tuple]] = {
     256: [(64, 16), (64, 8), (32, 8), (32, 4), (16, 4), (16, 2), (8, 2)],
@@ -101,11 +102,15 @@ _BWD_CANDIDATES: dict[int, list[tuple]] = {
     16384: [
         (1, 16),
         (1, 32),
+        (1, 16, "reload"),
         ("online", 8192, 16, 2),
         ("online", 8192, 16, None),
         ("online", 4096, 8, None),
     ],
     32768: [
+        (1, 8, "reload"),
+        (1, 16, "reload"),
+        (1, 32, "reload"),
         ("online", 8192, 16, 2),
         ("online", 8192, 16, None),
         ("online", 8192, 8, None),
@@ -128,7 +133,8 @@ def _candidates(n: int, backward: bool) -> list[sm.SoftmaxConfig]:
                 _, chunk, warps, ctas = spec
                 out.append(sm.SoftmaxConfig(1, chunk, warps, 1, True, ctas, evict))
             else:
-                out.append(sm.SoftmaxConfig(spec[0], n, spec[1], evict=evict))
+                reload = spec[2:] == ("reload",)
+                out.append(sm.SoftmaxConfig(spec[0], n, spec[1], evict=evict, reload=reload))
     return out
 
 
@@ -136,7 +142,12 @@ def _literal(cfg: sm.SoftmaxConfig) -> str:
     """The config as it is written in the tables of tilebook/ops/softmax.py."""
     extra = "".join(
         f", {k}={v!r}"
-        for k, v in (("online", cfg.online), ("ctas_per_sm", cfg.ctas_per_sm), ("evict", cfg.evict))
+        for k, v in (
+            ("online", cfg.online),
+            ("ctas_per_sm", cfg.ctas_per_sm),
+            ("evict", cfg.evict),
+            ("reload", cfg.reload),
+        )
         if v != sm.SoftmaxConfig.__dataclass_fields__[k].default
     )
     return f"_C({cfg.block_m}, {cfg.block_n}, {cfg.num_warps}{extra})"

@@ -93,6 +93,22 @@ def test_matches_float64(device, dtype, n_cols):
     _check(*_inputs((n_rows, n_cols), dtype, device), dtype)
 
 
+@pytest.mark.parametrize("shape", [(37, 100), (2, 5, 128)])
+def test_forward_that_reads_x_twice(device, monkeypatch, shape):
+    # The second read (RELOAD, tuned for 16384 columns) made to happen at a small
+    # width, ragged (100 of 128 columns) and not; several rows per program.
+    n_cols = shape[-1]
+    block_n = op._fwd_config(n_cols)[0]
+    monkeypatch.setattr(op, "_FWD_RELOAD", frozenset({block_n}))
+    monkeypatch.setattr(op, "_FAST", {})
+    assert op._fwd_plan(torch.empty(1, n_cols), None, None)[2]["RELOAD"]
+    _check(*_inputs(shape, torch.float32, device), torch.float32)
+    x, w, b = _inputs(shape, torch.float32, device)
+    want = _reference(x, w, b, torch.zeros_like(x))[0]
+    with torch.no_grad():  # the call without autograd takes its own path
+        torch.testing.assert_close(layer_norm(x, w, b).double(), want, **TOL[torch.float32])
+
+
 @pytest.mark.parametrize("params", ["none", "weight", "bias"])
 def test_optional_weight_and_bias(device, params):
     x, w, b = _inputs((13, 100), torch.float32, device)
@@ -467,7 +483,15 @@ def _assert_clean(k, name):
 
 @pytest.mark.parametrize(
     ("kernel", "n_cols"),
-    [("fwd", 1024), ("fwd", 8192), ("fwd", 32768), ("bwd", 1024), ("bwd", 8192), ("split", 16384)],
+    [
+        ("fwd", 1024),
+        ("fwd", 8192),
+        ("fwd", 16384),
+        ("fwd", 32768),
+        ("bwd", 1024),
+        ("bwd", 8192),
+        ("split", 16384),
+    ],
 )
 def test_compiles_for_sm90_without_spills(kernel, n_cols):
     """The whole-row kernels at their default settings up to their thresholds, and
@@ -476,7 +500,8 @@ def test_compiles_for_sm90_without_spills(kernel, n_cols):
     if kernel == "fwd":
         block_n, rows, warps = op._fwd_config(n_cols)
         sig = {**_PTRS_FWD, **dict.fromkeys(_INTS_FWD, "i32"), "eps": "fp32"}
-        constexprs = {"BLOCK_N": block_n, "ROWS": rows, **flags, "HAS_B": True}
+        constexprs = {"BLOCK_N": block_n, "ROWS": rows, **flags, "HAS_B": True,
+                      "RELOAD": block_n in op._FWD_RELOAD}  # fmt: skip
     else:
         block_n, rows, warps, _, splits = op._bwd_config(n_cols)
         if kernel == "split":

@@ -151,8 +151,11 @@ def test_empty_and_scalar(device):
         assert sm.softmax(s, dim).item() == 1.0
 
 
-@pytest.mark.parametrize(("int64", "evict"), [(False, ""), (True, "evict_first")])
-def test_persistent_loop_covers_every_tile(int64, evict, device):
+@pytest.mark.parametrize(
+    ("int64", "evict", "reload"),
+    [(False, "", False), (True, "evict_first", False), (False, "", True)],
+)
+def test_persistent_loop_covers_every_tile(int64, evict, reload, device):
     # A grid smaller than the work: each program must stride over several tiles/rows.
     x = torch.randn(11, 40, device=device)
     y = torch.full_like(x, -1.0)
@@ -171,7 +174,7 @@ def test_persistent_loop_covers_every_tile(int64, evict, device):
     dx = torch.full_like(x, -1.0)
     bwd_args = (p, dy, dx, 11, 40, 40, 40, 40)
     sm.softmax_bwd_kernel[(3,)](
-        *bwd_args, BLOCK_M=4, BLOCK_N=64, EVEN_M=False, EVEN_N=False, **knobs
+        *bwd_args, BLOCK_M=4, BLOCK_N=64, EVEN_M=False, EVEN_N=False, RELOAD=reload, **knobs
     )
     torch.testing.assert_close(dx, want, rtol=1e-5, atol=1e-7)
     dx.fill_(-1.0)
@@ -203,6 +206,18 @@ def test_explicit_configs(device):
         sm.launch_softmax_forward(x, y, sm.SoftmaxConfig(3, 512, 4))
     with pytest.raises(ValueError, match="evict"):
         sm.launch_softmax_forward(x, y, sm.SoftmaxConfig(1, 512, 4, evict="evict_normal"))
+    # reload belongs to the single-pass backward: there it must agree with torch.
+    dy = torch.randn_like(x)
+    p = torch.softmax(x, -1)
+    want = torch.ops.aten._softmax_backward_data(dy, p, -1, x.dtype)
+    dx = sm.launch_softmax_backward(
+        p, dy, torch.empty_like(x), sm.SoftmaxConfig(2, 512, 4, reload=True)
+    )
+    torch.testing.assert_close(dx, want, rtol=1e-5, atol=1e-7)
+    with pytest.raises(ValueError, match="reload is an option of the backward"):
+        sm.launch_softmax_forward(x, y, sm.SoftmaxConfig(1, 512, 4, reload=True))
+    with pytest.raises(ValueError, match="single-pass backward"):
+        sm.launch_softmax_backward(p, dy, y, sm.SoftmaxConfig(1, 128, 4, online=True, reload=True))
 
 
 def test_pick_config(monkeypatch):
@@ -288,8 +303,15 @@ def test_kernels_compile_for_sm90():
         (
             "softmax_bwd_kernel",
             _SIG_BWD,
-            {"BLOCK_M": 4, "BLOCK_N": 1024, "EVEN_M": False, "EVEN_N": True},
+            {"BLOCK_M": 4, "BLOCK_N": 1024, "EVEN_M": False, "EVEN_N": True, "RELOAD": False},
             8,
+        ),
+        # The tuned 32768-wide backward, which reads its rows twice.
+        (
+            "softmax_bwd_kernel",
+            _SIG_BWD,
+            {"BLOCK_M": 1, "BLOCK_N": 32768, "EVEN_M": True, "EVEN_N": True, "RELOAD": True},
+            32,
         ),
         ("softmax_bwd_online_kernel", _SIG_BWD, {"BLOCK_N": 4096}, 8),
     ]

@@ -170,6 +170,7 @@ def softmax_bwd_kernel(
     NUM_STAGES: tl.constexpr,
     EVICT: tl.constexpr,
     INT64: tl.constexpr,
+    RELOAD: tl.constexpr,  # read y and dy again for dx (see SoftmaxConfig.reload)
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -185,18 +186,36 @@ def softmax_bwd_kernel(
             rows = rows.to(tl.int64)
         y_ptrs = y_ptr + rows[:, None] * stride_y + cols[None, :]
         dy_ptrs = dy_ptr + rows[:, None] * stride_dy + cols[None, :]
-        if EVEN_M and EVEN_N:
-            y = tl.load(y_ptrs, eviction_policy=EVICT).to(tl.float32)
-            dy = tl.load(dy_ptrs, eviction_policy=EVICT).to(tl.float32)
-        else:
-            y = tl.load(y_ptrs, mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
-            dy = tl.load(dy_ptrs, mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
-        dx = (y * (dy - tl.sum(y * dy, axis=1)[:, None])).to(dx_ptr.dtype.element_ty)
+        y, dy = _load_pair(y_ptrs, dy_ptrs, mask, EVEN_M and EVEN_N, EVICT)
+        dot = tl.sum(y * dy, axis=1)
         dx_ptrs = dx_ptr + rows[:, None] * stride_dx + cols[None, :]
-        if EVEN_M and EVEN_N:
-            tl.store(dx_ptrs, dx, eviction_policy=EVICT)
+        if RELOAD:
+            # The rows again, from L2 (EVICT keeps them there), instead of from
+            # registers: registers then hold one use of the rows, not both.
+            y, dy = _load_pair(y_ptrs, dy_ptrs, mask, EVEN_M and EVEN_N, "evict_first")
+            dx = (y * (dy - dot[:, None])).to(dx_ptr.dtype.element_ty)
+            if EVEN_M and EVEN_N:
+                tl.store(dx_ptrs, dx, eviction_policy="evict_first")
+            else:
+                tl.store(dx_ptrs, dx, mask=mask, eviction_policy="evict_first")
         else:
-            tl.store(dx_ptrs, dx, mask=mask, eviction_policy=EVICT)
+            dx = (y * (dy - dot[:, None])).to(dx_ptr.dtype.element_ty)
+            if EVEN_M and EVEN_N:
+                tl.store(dx_ptrs, dx, eviction_policy=EVICT)
+            else:
+                tl.store(dx_ptrs, dx, mask=mask, eviction_policy=EVICT)
+
+
+@triton.jit
+def _load_pair(y_ptrs, dy_ptrs, mask, EVEN: tl.constexpr, EVICT: tl.constexpr):
+    """y and dy as float32 (masked unless the tile is EVEN)."""
+    if EVEN:
+        y = tl.load(y_ptrs, eviction_policy=EVICT)
+        dy = tl.load(dy_ptrs, eviction_policy=EVICT)
+    else:
+        y = tl.load(y_ptrs, mask=mask, other=0.0, eviction_policy=EVICT)
+        dy = tl.load(dy_ptrs, mask=mask, other=0.0, eviction_policy=EVICT)
+    return y.to(tl.float32), dy.to(tl.float32)
 
 
 @triton.jit
@@ -257,6 +276,8 @@ class SoftmaxConfig:
     makes the grid persistent (that many programs per SM, each looping over
     tiles); ``None`` launches one program per tile.  ``evict`` is the L2 policy of
     the streaming loads and stores: ``""``, ``"evict_first"`` or ``"evict_last"``.
+    ``reload`` (single-pass backward only) loads ``y`` and ``dy`` a second time for
+    ``dx``, from L2, rather than keeping them in registers past the row sum.
     """
 
     block_m: int
@@ -266,6 +287,7 @@ class SoftmaxConfig:
     online: bool = False
     ctas_per_sm: int | None = None
     evict: str = ""
+    reload: bool = False
 
 
 _C = SoftmaxConfig
@@ -276,7 +298,9 @@ _C = SoftmaxConfig
 # and evict_first won for the second walk of the online ones.  Backward holds two
 # rows (y and dy): at 32768 its single pass spills 16 bytes (8 warps, 255 registers;
 # 14 bytes at 16 warps), yet measured 534 us against 575 for the two-walk online
-# kernel and 527 for torch.compile (H100, bf16, 8192 rows, 2026-11-27).
+# kernel and 527 for torch.compile (H100, bf16, 8192 rows, 2026-11-27).  Reading
+# the rows again for dx (reload: from L2, as Inductor's kernel does) took
+# 526.5-527.6 us over 12 settings against torch.compile's 527.2 and 533.8 without.
 _L = "evict_last"
 _FWD_TABLE: dict[int, SoftmaxConfig] = {
     256: _C(16, 256, 16, evict=_L),
@@ -296,7 +320,7 @@ _BWD_TABLE: dict[int, SoftmaxConfig] = {
     4096: _C(2, 4096, 16, evict=_L),
     8192: _C(1, 8192, 16, evict=_L),
     16384: _C(1, 16384, 16, evict=_L),
-    32768: _C(1, 32768, 8, evict=_L),
+    32768: _C(1, 32768, 32, evict=_L, reload=True),
 }
 # Rows longer than ONLINE_THRESHOLD (the best online configurations of the sweep).
 _FWD_ONLINE = _C(1, 4096, 8, online=True, evict="evict_first")
@@ -334,6 +358,8 @@ def _check_config(cfg: SoftmaxConfig, n_cols: int) -> None:
         raise ValueError(f"softmax: num_warps must be a power of two up to 32, got {cfg}")
     if cfg.evict not in ("", "evict_first", "evict_last"):
         raise ValueError(f"softmax: evict must be '', 'evict_first' or 'evict_last', got {cfg}")
+    if cfg.reload and cfg.online:
+        raise ValueError(f"softmax: reload is an option of the single-pass backward, got {cfg}")
     if not cfg.online and cfg.block_n < n_cols:
         raise ValueError(f"softmax: single-pass block_n must cover the row of {n_cols}, got {cfg}")
 
@@ -381,6 +407,8 @@ def _forward(x: torch.Tensor, y: torch.Tensor, cfg: SoftmaxConfig, run=None):
     """Launch the forward on non-empty 2-D tensors; what ``run`` (:func:`launch`) returned."""
     run = run or launch  # looked up at the call, so a test's stand-in for launch is seen
     kernel = softmax_fwd_online_kernel if cfg.online else softmax_fwd_kernel
+    if cfg.reload:
+        raise ValueError(f"softmax: reload is an option of the backward, got {cfg}")
     meta = _meta(cfg, x.shape[0], x.shape[1], x, y)
     return run(
         kernel, _grid(x.shape[0], cfg, x.device),
@@ -404,6 +432,8 @@ def _backward(y, dy, dx, config=None, run=None) -> torch.Tensor:
     _check_config(cfg, n_cols)
     kernel = softmax_bwd_online_kernel if cfg.online else softmax_bwd_kernel
     meta = _meta(cfg, n_rows, n_cols, y, dy, dx)
+    if not cfg.online:
+        meta["RELOAD"] = cfg.reload
     run(
         kernel, _grid(n_rows, cfg, y.device),
         y, dy, dx, n_rows, n_cols, y.stride(0), dy.stride(0), dx.stride(0), **meta,
