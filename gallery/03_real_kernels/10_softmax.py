@@ -527,7 +527,15 @@ report.assert_ok()
 # %%
 # How fast is the backward?  The package's against PyTorch's (which autograd
 # calls) and Inductor's, on a short row and on the longest row the package
-# keeps in registers, where its backward holds two rows (``y`` and ``dy``) at once:
+# keeps in registers.  The backward needs two rows (``y`` and ``dy``), and uses
+# them twice: for the row sum, then for ``dx``.  At this length it does as
+# Inductor's kernel does and reads both a second time, from L2, rather than
+# hold them in registers between the two uses (``reload=True`` below):
+
+cfg = sm.pick_config(FITS, backward=True)
+print(f"backward at {FITS} columns: {cfg.num_warps} warps, reload={cfg.reload}")
+
+# %%
 
 bwd = record_or_measure(
     "lesson10_backward",
