@@ -311,3 +311,12 @@ def test_exercise_3_temperature_solution_passes_its_check(tmp_path):
     mod = _exercise_module(tmp_path / "ex3_plain.py", plain, _check_line(3))
     (verdict,) = mod.PRINTED
     assert verdict.kinds() == {"wrong"}, str(verdict)
+
+
+def test_the_backward_prose_matches_the_package():
+    # The page says that at the longest register-resident row the backward reads
+    # y and dy twice (reload) and that shorter rows keep them in registers.
+    text = SCRIPT.text
+    assert "keeps in registers, where its backward reads ``y`` and ``dy`` twice" in text
+    assert sm.pick_config(sm.ONLINE_THRESHOLD, backward=True).reload
+    assert not sm.pick_config(2048, backward=True).reload

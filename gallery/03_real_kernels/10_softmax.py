@@ -291,8 +291,7 @@ table(bins.rows, columns, caption=f"{note}; {bins.caption()}")
 # :datasheet:`cuda.registers_per_sm` for all its threads.  Values that do not
 # fit are :term:`spilled <spill>` to local memory, in HBM behind the caches.
 # So the package gives long rows more warps, and short rows a tile of several
-# (the widget's notes give its choice for every length; the backward, which
-# holds two rows, has its own):
+# (the widget's notes give its choice for every length; the backward its own):
 
 claims = Claims("10 softmax", bins)
 for impl, n, what, spills in (
@@ -527,15 +526,8 @@ report.assert_ok()
 # %%
 # How fast is the backward?  The package's against PyTorch's (which autograd
 # calls) and Inductor's, on a short row and on the longest row the package
-# keeps in registers.  The backward needs two rows (``y`` and ``dy``), and uses
-# them twice: for the row sum, then for ``dx``.  At this length it does as
-# Inductor's kernel does and reads both a second time, from L2, rather than
-# hold them in registers between the two uses (``reload=True`` below):
-
-cfg = sm.pick_config(FITS, backward=True)
-print(f"backward at {FITS} columns: {cfg.num_warps} warps, reload={cfg.reload}")
-
-# %%
+# keeps in registers, where its backward reads ``y`` and ``dy`` twice (for the
+# sum, then for ``dx``), the second time from L2, as Inductor's kernel does:
 
 bwd = record_or_measure(
     "lesson10_backward",
