@@ -39,7 +39,24 @@ PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 BUILD_HTML = ROOT / "docs" / "_build" / "html"
 RECORDS = ROOT / "src" / "tilebook" / "records"
 ENV_DIR = ROOT / ".nox" / "tilebook"  # the one environment of tests, docs and bench
-GROUPS = ("docs", "tests")
+GROUPS = ("docs", "tests")  # the dependency groups the environment installs by default
+
+
+def _groups() -> tuple[str, ...]:
+    """The groups to install: ``TILEBOOK_ENV_GROUPS`` (comma-separated) or :data:`GROUPS`.
+
+    ``TILEBOOK_ENV_GROUPS=docs`` makes an environment that builds the site, benchmarks
+    and records, without the tests' browser and notebook packages: what an offline
+    GPU machine with a wheelhouse of the docs group can install.
+    """
+    raw = os.environ.get("TILEBOOK_ENV_GROUPS", "").strip()
+    if not raw:
+        return GROUPS
+    groups = tuple(dict.fromkeys(g.strip() for g in raw.split(",") if g.strip()))
+    unknown = [g for g in groups if g not in GROUPS]
+    if unknown:
+        raise SystemExit(f"TILEBOOK_ENV_GROUPS: unknown groups {unknown}; known: {GROUPS}")
+    return groups
 
 
 def _host_has_cuda_torch() -> bool:
@@ -92,13 +109,23 @@ def _stamp(reuse: bool) -> str:
         "python": sys.version,
         "reuse": reuse,
         "torch_index": os.environ.get("TILEBOOK_TORCH_INDEX", ""),
+        "groups": _groups(),
     }
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
 
 
-def _environment(session: nox.Session, *, rebuild: bool = False) -> None:
-    """Make ``.nox/tilebook`` with tilebook (editable) and the docs and tests groups,
-    or reuse it when it was made from the same ``pyproject.toml``."""
+def _environment(
+    session: nox.Session, *, rebuild: bool = False, needs: tuple[str, ...] = ()
+) -> None:
+    """Make ``.nox/tilebook`` with tilebook (editable) and the dependency groups
+    (:func:`_groups`), or reuse it when it was made from the same ``pyproject.toml``
+    and groups.  ``needs``: groups the session cannot run without."""
+    missing = [g for g in needs if g not in _groups()]
+    if missing:
+        session.error(
+            f"this session needs the {', '.join(missing)} group, which TILEBOOK_ENV_GROUPS="
+            f"{os.environ.get('TILEBOOK_ENV_GROUPS')!r} leaves out"
+        )
     reuse = _want_reuse()
     stamp_file = ENV_DIR / ".tilebook-stamp"
     stamp = _stamp(reuse)
@@ -116,7 +143,7 @@ def _environment(session: nox.Session, *, rebuild: bool = False) -> None:
         session.run(
             *pip, "torch", "--index-url", os.environ["TILEBOOK_TORCH_INDEX"], external=True
         )  # fmt: skip
-    reqs = [r for g in GROUPS for r in nox.project.dependency_groups(PYPROJECT, g)]
+    reqs = [r for g in _groups() for r in nox.project.dependency_groups(PYPROJECT, g)]
     session.run(*pip, "-e", str(ROOT), *reqs, external=True)
     stamp_file.write_text(stamp)
 
@@ -130,7 +157,7 @@ def env(session: nox.Session) -> None:
 @nox.session(venv_backend="none")
 def tests(session: nox.Session) -> None:
     """Run the test suite (CPU: Triton's interpreter; GPU tests run when a GPU is present)."""
-    _environment(session)
+    _environment(session, needs=("docs", "tests"))
     # On every core by default (pytest-xdist), with the site built once in the
     # background beside them (tests/conftest.py).  Arguments given after -- replace these.
     args = session.posargs or ["-n", "auto"]
@@ -161,7 +188,7 @@ def docs(session: nox.Session) -> None:
     just measured into ``src/tilebook/records/`` (what CPU builds plot).
     """
     serve = "--serve" in session.posargs
-    _environment(session)
+    _environment(session, needs=("docs",))
     env = {
         "TILEBOOK_RECORD_DIR": os.environ.get(
             "TILEBOOK_RECORD_DIR", str(BUILD_HTML.parent / "records")
@@ -223,7 +250,7 @@ def record(session: nox.Session) -> None:
     if subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
                       capture_output=True, text=True, check=True, cwd=ROOT).stdout.strip():  # fmt: skip
         session.error("commit or stash your changes first: records name the commit they ran at")
-    _environment(session)
+    _environment(session, needs=("docs",))
     env = {"TILEBOOK_MODE": "gpu", "TILEBOOK_RECORD_DIR": str(RECORDS)}
     session.run(_bin("python"), "benchmarks/run_all.py", env=env, external=True)
     built = BUILD_HTML.parent / "records"
