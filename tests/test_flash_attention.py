@@ -369,3 +369,28 @@ def test_repeat_calls_agree_with_fresh_ones():
         assert sizes == [4, 4, 8]
     else:
         assert sizes == [0, 0, 0]
+
+
+def test_launch_key_is_finer_than_tritons_specialisation():
+    """Arguments that share a key of fa._LAUNCHES must be ones Triton compiles alike
+    (asked of Triton's own specialisation function, for every pair of samples)."""
+    try:
+        from triton._C.libtriton import native_specialize_impl
+        from triton.backends.compiler import BaseBackend
+    except ImportError:  # pragma: no cover - depends on the installed Triton
+        pytest.skip("this Triton has no native_specialize_impl to ask")
+
+    def triton_says(v):
+        return native_specialize_impl(BaseBackend, v, False, True, True)
+
+    base = torch.empty(2, 4, 64, 64, dtype=torch.bfloat16, device=DEV)
+    views = [base, base[:, :, :32], base.transpose(1, 2), base.half(), base[:1]]
+    samples = [fa._descriptor(t, rows) for t in views for rows in (16, 32)]
+    samples += [0, 1, 16, 17, 2**31 + 16, -3, 0.5, 1.0, base[0, 0], base[0, 0, 0, 1:]]
+    for i, a in enumerate(samples):
+        for b in samples[i + 1 :]:
+            if fa._arg_key(a) == fa._arg_key(b):
+                assert triton_says(a) == triton_says(b), (a, b)
+    # ...and not so fine that two tensors laid out alike never share a launch.
+    other = torch.empty_like(base)
+    assert fa._arg_key(fa._descriptor(base, 16)) == fa._arg_key(fa._descriptor(other, 16))
