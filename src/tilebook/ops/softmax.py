@@ -188,22 +188,17 @@ def softmax_bwd_kernel(
         dy_ptrs = dy_ptr + rows[:, None] * stride_dy + cols[None, :]
         y, dy = _load_pair(y_ptrs, dy_ptrs, mask, EVEN_M and EVEN_N, EVICT)
         dot = tl.sum(y * dy, axis=1)
-        dx_ptrs = dx_ptr + rows[:, None] * stride_dx + cols[None, :]
         if RELOAD:
             # The rows again, from L2 (EVICT keeps them there), instead of from
             # registers: registers then hold one use of the rows, not both.
             y, dy = _load_pair(y_ptrs, dy_ptrs, mask, EVEN_M and EVEN_N, "evict_first")
-            dx = (y * (dy - dot[:, None])).to(dx_ptr.dtype.element_ty)
-            if EVEN_M and EVEN_N:
-                tl.store(dx_ptrs, dx, eviction_policy="evict_first")
-            else:
-                tl.store(dx_ptrs, dx, mask=mask, eviction_policy="evict_first")
+        dx = (y * (dy - dot[:, None])).to(dx_ptr.dtype.element_ty)
+        dx_ptrs = dx_ptr + rows[:, None] * stride_dx + cols[None, :]
+        LAST: tl.constexpr = "evict_first" if RELOAD else EVICT  # the rows' last use
+        if EVEN_M and EVEN_N:
+            tl.store(dx_ptrs, dx, eviction_policy=LAST)
         else:
-            dx = (y * (dy - dot[:, None])).to(dx_ptr.dtype.element_ty)
-            if EVEN_M and EVEN_N:
-                tl.store(dx_ptrs, dx, eviction_policy=EVICT)
-            else:
-                tl.store(dx_ptrs, dx, mask=mask, eviction_policy=EVICT)
+            tl.store(dx_ptrs, dx, mask=mask, eviction_policy=LAST)
 
 
 @triton.jit
