@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import tilebook
+from tilebook import _launch
 from tilebook.ops import flash_attention as fa
 
 DEV = tilebook.device()
@@ -372,8 +373,10 @@ def test_repeat_calls_agree_with_fresh_ones():
 
 
 def test_launch_key_is_finer_than_tritons_specialisation():
-    """Arguments that share a key of fa._LAUNCHES must be ones Triton compiles alike
-    (asked of Triton's own specialisation function, for every pair of samples)."""
+    """Arguments that share a key of fa._LAUNCHES (tilebook._launch's launch key) must
+    be ones Triton compiles alike (asked of Triton's own specialisation function, for
+    every pair of sample descriptors, ints, floats and tensors)."""
+    key = _launch._arg_key
     try:
         from triton._C.libtriton import native_specialize_impl
         from triton.backends.compiler import BaseBackend
@@ -389,8 +392,8 @@ def test_launch_key_is_finer_than_tritons_specialisation():
     samples += [0, 1, 16, 17, 2**31 + 16, -3, 0.5, 1.0, base[0, 0], base[0, 0, 0, 1:]]
     for i, a in enumerate(samples):
         for b in samples[i + 1 :]:
-            if fa._arg_key(a) == fa._arg_key(b):
+            if key(a) == key(b):
                 assert triton_says(a) == triton_says(b), (a, b)
     # ...and not so fine that two tensors laid out alike never share a launch.
     other = torch.empty_like(base)
-    assert fa._arg_key(fa._descriptor(base, 16)) == fa._arg_key(fa._descriptor(other, 16))
+    assert key(fa._descriptor(base, 16)) == key(fa._descriptor(other, 16))

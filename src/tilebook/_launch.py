@@ -12,14 +12,16 @@ The one entry is :func:`launch`: it launches once, under :func:`device_guard` of
 its tensors' GPU, and returns a :class:`Launched` that starts the same binary again
 for arguments *of the same specialisation* (same dtypes, same 16-byte alignment of
 pointers, same integer values, same constexprs).  :func:`launch` itself remembers
-what it compiled under a key of exactly those properties, so repeated calls with
-plain tensors and numbers take the short route with no help from the caller; an op
+what it compiled under a key of exactly those properties (:func:`launch_key`), so
+repeated calls with plain tensors, tensor descriptors and numbers take the short route
+with no help from the caller; an op
 that keys its own repeat calls (on shapes, strides, dtypes, device and alignment)
 keeps the :class:`Launched` in a :class:`Memo` and skips even :func:`launch`.
 
 The key is deliberately finer than Triton's: integers by value (Triton only asks
 whether one is 1, divisible by 16 and fits 32 bits) and pointers by their address
-modulo 16 (Triton asks whether it is 0).  Whatever Triton would compile apart,
+modulo 16 (Triton asks whether it is 0), tensor descriptors by their whole layout
+(Triton asks for the dtype and the block shape).  Whatever Triton would compile apart,
 the key keeps apart (``tests/test_launch.py`` asks Triton); the price is a slow
 first call per distinct value.  Under the interpreter, or where the compiled
 kernel has no ``[grid]`` launcher, every call is ``kernel[grid](...)``.
@@ -37,7 +39,20 @@ import torch
 
 from . import runtime
 
-__all__ = ["Launched", "Memo", "device_guard", "ensure_cuda_context", "launch", "sm_count"]
+__all__ = [
+    "Launched",
+    "Memo",
+    "device_guard",
+    "ensure_cuda_context",
+    "launch",
+    "launch_key",
+    "sm_count",
+]
+
+try:  # host-side tensor descriptors arrived in Triton 3.4
+    from triton.tools.tensor_descriptor import TensorDescriptor as _Descriptor
+except ImportError:  # pragma: no cover - depends on the installed Triton
+    _Descriptor = None
 
 _GPU = runtime.is_gpu()
 _current_device = torch.cuda.current_device
@@ -176,7 +191,26 @@ def _arg_key(value: Any):
         return (value.dtype, value.get_device(), value.data_ptr() & 15)
     if kind is int or kind is bool or kind is float or value is None:
         return (kind, value) if kind is not float else kind
+    if kind is _Descriptor and type(value.base) is _Tensor:
+        # Triton asks for the dtype and the block shape; the rest pins the layout.
+        base = value.base
+        return (kind, base.dtype, base.get_device(), base.data_ptr() & 15, tuple(value.shape),
+                tuple(value.strides), tuple(value.block_shape), getattr(value, "padding", None))  # fmt: skip
     return _UNKEYED
+
+
+def launch_key(kernel, grid: tuple[int, ...], args: tuple, meta: dict) -> tuple | None:
+    """The key under which :func:`launch` remembers a launch of ``kernel`` with these
+    runtime ``args`` and ``meta`` (constexprs and options), or None when an argument
+    cannot be keyed: launches with one key compile alike."""
+    key = (kernel, tuple(grid), *map(_arg_key, args), *sorted(meta.items()))
+    if _UNKEYED in key:
+        return None
+    try:
+        hash(key)
+    except TypeError:  # an unhashable constexpr value
+        return None
+    return key
 
 
 _UNKEYED = object()
@@ -204,18 +238,15 @@ def launch(kernel, grid: tuple[int, ...], *args: Any, **meta: Any) -> Launched |
     if not _GPU:
         kernel[grid](*args, **meta)
         return None
-    key = (kernel, grid, *map(_arg_key, args), *sorted(meta.items()))
-    try:
-        hit = _CACHE.get(key) if _UNKEYED not in key else None
-    except TypeError:  # an unhashable constexpr value: no key
-        key, hit = None, None
+    key = launch_key(kernel, grid, args, meta)
+    hit = _CACHE.get(key) if key is not None else None
     if hit and hit(*args):
         return hit
     index = _index_of(args)
     with device_guard(index):
         compiled = kernel[grid](*args, **meta)
         launched = _relauncher(kernel, compiled, grid, args, meta, _current_device())
-    if key is not None and _UNKEYED not in key and hit is None:
+    if key is not None and hit is None:
         if len(_CACHE) >= _CACHE_LIMIT:
             _CACHE.clear()
         _CACHE[key] = launched or False

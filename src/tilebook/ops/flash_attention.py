@@ -43,7 +43,7 @@ import triton.language as tl
 from triton.runtime.errors import OutOfResources
 
 from .. import runtime
-from .._launch import Memo, device_guard, ensure_cuda_context, launch
+from .._launch import Memo, device_guard, ensure_cuda_context, launch, launch_key
 from ..validation import check_same_dtype_device, check_tensor
 from . import library
 
@@ -594,22 +594,11 @@ def _grid_1d(tiles: int, rows: int):
 # Repeat launches.  Triton's JIT launch binds and specialises every argument on each
 # call, tens of microseconds for these kernels' four tensor descriptors; a forward at
 # 1 x 2 x 128 x 128 spent 148 us of host time a call (H100, triton 3.6).  A launch
-# keeps what it compiled under a key that fixes everything Triton specialises on
-# (and more: shapes and strides exactly), and the next launch with the same key
-# starts that binary again with the new arguments (tilebook._launch.Launched).
+# keeps what it compiled under its launch_key (everything Triton specialises on, and
+# more: descriptors' shapes and strides exactly) with the config it was asked for,
+# and the next launch with the same key starts that binary again with the new
+# arguments (tilebook._launch.Launched), at the pipeline depth that fitted.
 _LAUNCHES = Memo()
-
-
-def _arg_key(a):
-    if isinstance(a, torch.Tensor):
-        return (a.dtype, a.device, a.data_ptr() % 16)
-    if TensorDescriptor is not None and isinstance(a, TensorDescriptor):
-        t = a.base
-        return (t.dtype, t.device, t.data_ptr() % 16, tuple(a.shape), tuple(a.strides),
-                tuple(a.block_shape), getattr(a, "padding", None))  # fmt: skip
-    if isinstance(a, float):
-        return float  # a runtime float: never specialised
-    return a
 
 
 def _run(kernel, grid, config: KernelConfig, *args, **constexprs) -> None:
@@ -618,7 +607,8 @@ def _run(kernel, grid, config: KernelConfig, *args, **constexprs) -> None:
     A launch like an earlier one starts the binary that one compiled."""
     key = None
     if runtime.is_gpu():
-        key = (kernel, grid, config, *map(_arg_key, args), *constexprs.items())
+        key = launch_key(kernel, grid, args, constexprs)
+        key = key and (config, key)
         again = _LAUNCHES.get(key)
         if again is not None and again(*args):
             return
