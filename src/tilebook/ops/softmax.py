@@ -442,23 +442,40 @@ def _unit_row_stride(t: torch.Tensor) -> torch.Tensor:
 
 
 class SoftmaxFunction(torch.autograd.Function):
-    """Autograd for softmax over the last dimension of a 2-D tensor."""
+    """Autograd for softmax over the last dimension of a tensor (any number of
+    dimensions): a 2-D one with unit row stride, or a contiguous one.
+
+    ``run`` is a remembered launch (see :data:`_FAST`) to try first; ``key_dim``,
+    given for a contiguous ``x``, has the forward remember its launch under that
+    dim.  Both are plumbing of :func:`softmax`: they get no gradient.
+    """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        x = _unit_row_stride(x)
-        y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-        launch_softmax_forward(x, y)
+    def forward(ctx, x: torch.Tensor, run=None, key_dim=None) -> torch.Tensor:
+        y = run(x) if run is not None else None
+        if y is None:
+            n_cols = x.shape[-1]
+            n_rows = x.numel() // n_cols if n_cols else 0
+            if key_dim is not None:
+                y = _remembering_forward(x, key_dim, n_rows, n_cols)
+            else:
+                x2 = _unit_row_stride(x.reshape(n_rows, n_cols))
+                y = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
+                launch_softmax_forward(x2, y)
+                y = y.view(x.shape)
         ctx.save_for_backward(y)
         return y
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, dy: torch.Tensor) -> torch.Tensor:
-        (y,) = ctx.saved_tensors
-        dy = _unit_row_stride(dy)  # e.g. the expanded ones that .sum().backward() sends
+    def backward(ctx, dy: torch.Tensor):
+        (y,) = ctx.saved_tensors  # contiguous: the forward allocated it
+        n_cols = y.shape[-1]
+        y2 = y.view(-1, n_cols) if n_cols else y.reshape(0, 0)
+        dy2 = _unit_row_stride(dy.reshape(y2.shape))  # e.g. .sum().backward()'s expanded ones
         dx = torch.empty(y.shape, dtype=y.dtype, device=y.device)
-        return _backward(y, dy, dx)
+        _backward(y2, dy2, dx.view(y2.shape))
+        return dx, None, None
 
 
 def _normalize_dim(dim: object, ndim: int) -> int:
@@ -475,11 +492,13 @@ def _normalize_dim(dim: object, ndim: int) -> int:
 
 # Repeat calls.  A 512-column softmax over 256 MB takes 180 us on an H100, and the
 # Python below (checks, autograd.Function, config, launch key) about as long: with
-# do_bench's L2 flush in between, that host time shows in the timing.  So a call
-# that needs no autograd, on a contiguous tensor along its last dimension, keeps
-# the Launched of its kernel under the key of its shape, strides, dtype, device,
-# dim and alignment: everything the checks read and the kernel was specialised on.
-# The next call with the same key only allocates the output and launches.
+# do_bench's L2 flush in between, that host time shows in the timing.  So a call on
+# a contiguous tensor along its last dimension keeps the Launched of its kernel
+# under the key of its shape, strides, dtype, device, dim and alignment: everything
+# the checks read and the kernel was specialised on.  The next call with the same
+# key only allocates the output and launches; one that needs a gradient does that
+# inside SoftmaxFunction (on an H100's host a forward with grad took 151 us of host
+# time through the checks and the configuration, where torch.softmax took 17).
 _FAST = Memo()
 _grad_enabled = torch.is_grad_enabled
 
@@ -490,9 +509,9 @@ def _fast_key(x: torch.Tensor, dim: int) -> tuple:
     return (x.shape, x.stride(), x.dtype, x.device, dim, aligned, ONLINE_THRESHOLD, ONLINE_BLOCK)
 
 
-def _no_grad_forward(x: torch.Tensor, key_dim: int, n_rows: int, n_cols: int) -> torch.Tensor:
-    """Softmax of a contiguous ``x`` over its last dimension, with nothing for autograd
-    to record; remembers the launch for the next call like this one."""
+def _remembering_forward(x: torch.Tensor, key_dim: int, n_rows: int, n_cols: int) -> torch.Tensor:
+    """Softmax of a contiguous ``x`` over its last dimension; remembers the launch for
+    the next call like this one (with or without autograd: the launch is the same)."""
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if n_rows == 0 or n_cols == 0:
         return y
@@ -607,9 +626,12 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """
     if _compiling():
         return _compiled(x, dim)
-    if type(x) is torch.Tensor and type(dim) is int and not (x.requires_grad and _grad_enabled()):
+    grad = x.requires_grad and _grad_enabled() if type(x) is torch.Tensor else None
+    if grad is not None and type(dim) is int:
         run = _FAST.get(_fast_key(x, dim))
         if run is not None:
+            if grad:
+                return SoftmaxFunction.apply(x, run)  # falls back inside if run declines
             y = run(x)
             if y is not None:
                 return y
@@ -621,7 +643,9 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     moved = x.movedim(dim, -1)
     n_cols = moved.shape[-1]
     n_rows = math.prod(moved.shape[:-1])
-    if not (x.requires_grad and _grad_enabled()) and x.is_contiguous() and dim == x.dim() - 1:
-        return _no_grad_forward(x, key_dim, n_rows, n_cols)
+    if x.is_contiguous() and dim == x.dim() - 1:
+        if x.requires_grad and _grad_enabled():
+            return SoftmaxFunction.apply(x, None, key_dim)
+        return _remembering_forward(x, key_dim, n_rows, n_cols)
     y = SoftmaxFunction.apply(moved.reshape(n_rows, n_cols))
     return y.reshape(moved.shape).movedim(-1, dim)

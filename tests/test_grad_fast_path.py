@@ -1,0 +1,186 @@
+"""The training path's remembered launches: a forward that needs a gradient replays a
+remembered launch inside the op's autograd.Function, and falls back when it cannot.
+
+On the CPU nothing is remembered (the interpreter has no compiled launch), so these
+tests put a stand-in ``run`` in each op's memo under the key a real call would use,
+and check that grad calls take it, that its outputs reach the backward, and that a
+``run`` that declines sends the call down the ordinary path.  The GPU test at the end
+uses the real memos.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tilebook
+from tilebook.ops import layer_norm as ln
+from tilebook.ops import rms_norm as rn
+from tilebook.ops import softmax as sm
+
+DEV = tilebook.device()
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+class _Recorder:
+    """A stand-in for a remembered launch: computes with torch, counts its calls, or
+    declines (returns None) when told to."""
+
+    def __init__(self, compute, decline=False):
+        self.compute, self.decline, self.calls = compute, decline, 0
+
+    def __call__(self, *args):
+        self.calls += 1
+        return None if self.decline else self.compute(*args)
+
+
+def _softmax_run(t):
+    return torch.softmax(t.float(), -1).to(t.dtype)
+
+
+def _rms_run(t, w, eps):
+    rows = t.reshape(-1, t.shape[-1]).float()
+    rstd = torch.rsqrt(rows.pow(2).mean(-1) + eps)
+    return (rows * rstd[:, None] * w.float()).to(t.dtype).view(t.shape), rstd
+
+
+def _ln_run(t, w, b, eps):
+    rows = t.reshape(-1, t.shape[-1]).float()
+    mean = rows.mean(-1)
+    rstd = torch.rsqrt(rows.var(-1, unbiased=False) + eps)
+    y = (rows - mean[:, None]) * rstd[:, None] * w.float() + b.float()
+    return y.to(t.dtype).view(t.shape), torch.stack([mean, rstd])
+
+
+@pytest.mark.parametrize("decline", [False, True])
+def test_softmax_grad_call_takes_the_remembered_launch(monkeypatch, decline):
+    x = torch.randn(3, 5, 40, device=DEV, dtype=torch.float32, requires_grad=True)
+    run = _Recorder(_softmax_run, decline)
+    monkeypatch.setattr(sm, "_FAST", {sm._fast_key(x, -1): run})
+    y = sm.softmax(x, -1)
+    assert run.calls == 1 and y.grad_fn is not None and y.shape == x.shape
+    dy = torch.randn_like(x)
+    (dx,) = torch.autograd.grad(y, (x,), dy)
+    xd = x.detach().double().requires_grad_()
+    ref = torch.softmax(xd, -1)
+    (rdx,) = torch.autograd.grad(ref, (xd,), dy.double())
+    assert _rel(y, ref) < 1e-5 and _rel(dx, rdx) < 1e-5
+    # Another dim is another key: the stand-in is not asked.
+    sm.softmax(x, 1)
+    assert run.calls == 1
+
+
+@pytest.mark.parametrize("decline", [False, True])
+def test_rms_norm_grad_call_takes_the_remembered_launch(monkeypatch, decline):
+    x = torch.randn(2, 6, 48, device=DEV, requires_grad=True)
+    w = (torch.rand(48, device=DEV) + 0.5).requires_grad_()
+    run = _Recorder(_rms_run, decline)
+    monkeypatch.setattr(rn, "_FAST_GRAD", {rn._fast_key(x, w): run})
+    monkeypatch.setattr(rn, "_FAST", {})  # the no-grad memo is not the one asked
+    y = rn.rms_norm(x, w, 1e-6)
+    assert run.calls == 1 and y.grad_fn is not None and y.shape == x.shape
+    dy = torch.randn_like(x)
+    dx, dw = torch.autograd.grad(y, (x, w), dy)
+    xd, wd = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    ref = F.rms_norm(xd, (48,), wd, 1e-6)
+    rdx, rdw = torch.autograd.grad(ref, (xd, wd), dy.double())
+    for got, want in ((y, ref), (dx, rdx), (dw, rdw)):
+        assert _rel(got, want) < 1e-5
+    with torch.no_grad():  # without grad, the other memo: nothing there, the slow path
+        rn.rms_norm(x, w, 1e-6)
+    assert run.calls == 1
+
+
+def test_rms_norm_grad_call_checks_eps_before_the_remembered_launch(monkeypatch):
+    x = torch.randn(4, 32, device=DEV, requires_grad=True)
+    w = torch.ones(32, device=DEV)
+    run = _Recorder(_rms_run)
+    monkeypatch.setattr(rn, "_FAST_GRAD", {rn._fast_key(x, w): run})
+    with pytest.raises(ValueError, match="eps"):
+        rn.rms_norm(x, w, -1.0)
+    assert run.calls == 0
+
+
+@pytest.mark.parametrize("decline", [False, True])
+def test_layer_norm_grad_call_takes_the_remembered_launch(monkeypatch, decline):
+    x = torch.randn(5, 64, device=DEV, requires_grad=True)
+    w = (torch.rand(64, device=DEV) + 0.5).requires_grad_()
+    b = torch.randn(64, device=DEV, requires_grad=True)
+    run = _Recorder(_ln_run, decline)
+    monkeypatch.setattr(ln, "_FAST", {ln._fast_key(x, w, b): run})
+    y = ln.layer_norm(x, w, b, 1e-5)
+    assert run.calls == 1 and y.grad_fn is not None and y.shape == x.shape
+    dy = torch.randn_like(x)
+    got = torch.autograd.grad(y, (x, w, b), dy)
+    xd, wd, bd = (t.detach().double().requires_grad_() for t in (x, w, b))
+    ref = F.layer_norm(xd, (64,), wd, bd, 1e-5)
+    want = torch.autograd.grad(ref, (xd, wd, bd), dy.double())
+    assert _rel(y, ref) < 1e-5
+    for g, r in zip(got, want, strict=True):
+        assert _rel(g, r) < 1e-5
+
+
+def test_a_strided_weight_is_never_remembered_for_grad_calls(monkeypatch):
+    # rms_norm copies a strided weight before its Function (the copy is recorded for
+    # autograd); the launch of that copy must not be remembered under the caller's key.
+    # A stand-in for launch() runs the kernel and hands back a "compiled launch", as
+    # on a GPU, so that the forward gets as far as deciding whether to remember.
+    from tilebook import _launch
+
+    def launch(kernel, grid, *args, **meta):
+        _launch.launch(kernel, grid, *args, **meta)
+        return lambda *a: False  # a relaunch that never launches
+
+    remembered = []
+
+    class Spy(dict):
+        def remember(self, key, value):
+            remembered.append(key)
+
+    monkeypatch.setattr(rn, "launch", launch)
+    monkeypatch.setattr(rn, "_FAST_GRAD", Spy())
+    x = torch.randn(4, 16, device=DEV, requires_grad=True)
+    for w, expect in (
+        ((torch.rand(32, device=DEV) + 0.5)[::2].requires_grad_(), 0),
+        ((torch.rand(16, device=DEV) + 0.5).requires_grad_(), 1),
+    ):
+        y = rn.rms_norm(x, w, 1e-6)
+        (dw,) = torch.autograd.grad(y, (w,), torch.ones_like(y))
+        ref_w = w.detach().double().requires_grad_()
+        ref = F.rms_norm(x.detach().double(), (16,), ref_w, 1e-6)
+        (rdw,) = torch.autograd.grad(ref, (ref_w,), torch.ones_like(ref))
+        assert _rel(dw, rdw) < 1e-5
+        assert len(remembered) == expect
+    assert remembered == [rn._fast_key(x, w)]
+
+
+@pytest.mark.gpu
+def test_training_calls_remember_and_stay_right():
+    sm._FAST.clear()
+    rn._FAST_GRAD.clear()
+    ln._FAST.clear()
+    n = 1000
+    for i in range(3):  # fresh tensors: new pointers, the same specialisations
+        x = torch.randn(4, 75, n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        w = (torch.rand(n, device="cuda", dtype=torch.bfloat16) + 0.5).requires_grad_()
+        b = torch.randn(n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        dy = torch.randn_like(x)
+        xd, wd, bd = (t.detach().double().requires_grad_() for t in (x, w, b))
+        cases = [
+            (sm.softmax(x), (x,), torch.softmax(xd, -1), (xd,)),
+            (rn.rms_norm(x, w, 1e-6), (x, w), F.rms_norm(xd, (n,), wd, 1e-6), (xd, wd)),
+            (ln.layer_norm(x, w, b), (x, w, b), F.layer_norm(xd, (n,), wd, bd), (xd, wd, bd)),
+        ]
+        for y, ins, ref, ref_ins in cases:
+            got = torch.autograd.grad(y, ins, dy)
+            want = torch.autograd.grad(ref, ref_ins, dy.double())
+            assert _rel(y, ref) < 1.6e-2, (i, ref.grad_fn)
+            for g, r in zip(got, want, strict=True):
+                assert _rel(g, r) < 1.6e-2, (i, ref.grad_fn)
+    assert sm._fast_key(x, -1) in sm._FAST
+    assert rn._fast_key(x, w) in rn._FAST_GRAD
+    assert ln._fast_key(x, w, b) in ln._FAST
