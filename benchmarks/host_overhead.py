@@ -67,12 +67,18 @@ def cases() -> dict[str, tuple[Callable, Callable]]:
     y_t = F.rms_norm(xg, (1024,), wg)
     s_tb = tilebook.softmax(xg)
     s_t = torch.softmax(xg, -1)
+    b = torch.randn(1024, device=dev, dtype=bf)
+    bg = b.clone().requires_grad_()
     a = torch.randn(64, 64, device=dev, dtype=bf)
     lin = torch.randn(64, 1024, device=dev, dtype=bf)
     v = torch.randn(4096, device=dev)
 
     def grad(y):
         return lambda: torch.autograd.grad(y, (xg, wg), dy, retain_graph=True, allow_unused=True)
+
+    def step(op, *ins):
+        # A training step of the op alone: the forward records a graph, then its backward.
+        return lambda: torch.autograd.grad(op(), ins, dy)
 
     return {
         "vector_add": (lambda: tilebook.vector_add(v, v), lambda: torch.add(v, v)),
@@ -82,6 +88,32 @@ def cases() -> dict[str, tuple[Callable, Callable]]:
         "softmax bwd": (
             lambda: torch.autograd.grad(s_tb, xg, dy, retain_graph=True),
             lambda: torch.autograd.grad(s_t, xg, dy, retain_graph=True),
+        ),
+        # Training: the forward of an input that needs a gradient, and a whole step.
+        "rms_norm fwd, grad on": (
+            lambda: tilebook.rms_norm(xg, wg),
+            lambda: F.rms_norm(xg, (1024,), wg),
+        ),
+        "rms_norm step": (
+            step(lambda: tilebook.rms_norm(xg, wg), xg, wg),
+            step(lambda: F.rms_norm(xg, (1024,), wg), xg, wg),
+        ),
+        "softmax fwd, grad on": (lambda: tilebook.softmax(xg), lambda: torch.softmax(xg, -1)),
+        "softmax step": (
+            step(lambda: tilebook.softmax(xg), xg),
+            step(lambda: torch.softmax(xg, -1), xg),
+        ),
+        "layer_norm fwd": (
+            lambda: tilebook.layer_norm(x, w, b),
+            lambda: F.layer_norm(x, (1024,), w, b),
+        ),
+        "layer_norm fwd, grad on": (
+            lambda: tilebook.layer_norm(xg, wg, bg),
+            lambda: F.layer_norm(xg, (1024,), wg, bg),
+        ),
+        "layer_norm step": (
+            step(lambda: tilebook.layer_norm(xg, wg, bg), xg, wg, bg),
+            step(lambda: F.layer_norm(xg, (1024,), wg, bg), xg, wg, bg),
         ),
         "matmul": (lambda: tilebook.matmul(a, a), lambda: a @ a),
         "linear_act": (
@@ -145,7 +177,7 @@ def main() -> None:
         row["tilebook_kernel_us"], row["torch_kernel_us"] = _kernel_us(ours), _kernel_us(theirs)
         rows.append(row)
     print(
-        f"{'op':<14} {'tilebook host':>13} {'torch host':>10} {'tb kernel':>9} {'torch kernel':>12}"
+        f"{'op':<24} {'tilebook host':>13} {'torch host':>10} {'tb kernel':>9} {'torch kernel':>12}"
     )
     for r in rows:
         kern = [
@@ -153,7 +185,7 @@ def main() -> None:
             for v in (r["tilebook_kernel_us"], r["torch_kernel_us"])
         ]
         print(
-            f"{r['op']:<14} {r['tilebook_host_us']:13.1f} {r['torch_host_us']:10.1f} "
+            f"{r['op']:<24} {r['tilebook_host_us']:13.1f} {r['torch_host_us']:10.1f} "
             f"{kern[0]:>9} {kern[1]:>12}"
         )
     route_rows = {}
