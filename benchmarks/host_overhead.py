@@ -76,9 +76,13 @@ def cases() -> dict[str, tuple[Callable, Callable]]:
     def grad(y):
         return lambda: torch.autograd.grad(y, (xg, wg), dy, retain_graph=True, allow_unused=True)
 
+    # Leaves of their own for the training steps: leaves that a kept graph (y_tb and
+    # the rest above) also holds make autograd warn about, and synchronise on, streams.
+    xs, ws, bs = (t.clone().requires_grad_() for t in (x, w, b))
+
     def step(op, *ins):
         # A training step of the op alone: the forward records a graph, then its backward.
-        return lambda: torch.autograd.grad(op(), ins, dy)
+        return lambda: torch.autograd.grad(op(*ins), ins, dy)
 
     return {
         "vector_add": (lambda: tilebook.vector_add(v, v), lambda: torch.add(v, v)),
@@ -95,14 +99,11 @@ def cases() -> dict[str, tuple[Callable, Callable]]:
             lambda: F.rms_norm(xg, (1024,), wg),
         ),
         "rms_norm step": (
-            step(lambda: tilebook.rms_norm(xg, wg), xg, wg),
-            step(lambda: F.rms_norm(xg, (1024,), wg), xg, wg),
+            step(tilebook.rms_norm, xs, ws),
+            step(lambda t, u: F.rms_norm(t, (1024,), u), xs, ws),
         ),
         "softmax fwd, grad on": (lambda: tilebook.softmax(xg), lambda: torch.softmax(xg, -1)),
-        "softmax step": (
-            step(lambda: tilebook.softmax(xg), xg),
-            step(lambda: torch.softmax(xg, -1), xg),
-        ),
+        "softmax step": (step(tilebook.softmax, xs), step(lambda t: torch.softmax(t, -1), xs)),
         "layer_norm fwd": (
             lambda: tilebook.layer_norm(x, w, b),
             lambda: F.layer_norm(x, (1024,), w, b),
@@ -112,8 +113,8 @@ def cases() -> dict[str, tuple[Callable, Callable]]:
             lambda: F.layer_norm(xg, (1024,), wg, bg),
         ),
         "layer_norm step": (
-            step(lambda: tilebook.layer_norm(xg, wg, bg), xg, wg, bg),
-            step(lambda: F.layer_norm(xg, (1024,), wg, bg), xg, wg, bg),
+            step(tilebook.layer_norm, xs, ws, bs),
+            step(lambda t, u, c: F.layer_norm(t, (1024,), u, c), xs, ws, bs),
         ),
         "matmul": (lambda: tilebook.matmul(a, a), lambda: a @ a),
         "linear_act": (
