@@ -74,10 +74,15 @@ def test_softmax_grad_call_takes_the_remembered_launch(monkeypatch, decline):
     assert run.calls == 1
 
 
-@pytest.mark.parametrize("decline", [False, True])
-def test_rms_norm_grad_call_takes_the_remembered_launch(monkeypatch, decline):
+def _weight(t: torch.Tensor, parameter: bool) -> torch.Tensor:
+    # A model's weights are nn.Parameters: they must take the remembered launch too.
+    return torch.nn.Parameter(t) if parameter else t.requires_grad_()
+
+
+@pytest.mark.parametrize(("decline", "parameter"), [(False, False), (True, False), (False, True)])
+def test_rms_norm_grad_call_takes_the_remembered_launch(monkeypatch, decline, parameter):
     x = torch.randn(2, 6, 48, device=DEV, requires_grad=True)
-    w = (torch.rand(48, device=DEV) + 0.5).requires_grad_()
+    w = _weight(torch.rand(48, device=DEV) + 0.5, parameter)
     run = _Recorder(_rms_run, decline)
     monkeypatch.setattr(rn, "_FAST_GRAD", {rn._fast_key(x, w): run})
     monkeypatch.setattr(rn, "_FAST", {})  # the no-grad memo is not the one asked
@@ -105,11 +110,11 @@ def test_rms_norm_grad_call_checks_eps_before_the_remembered_launch(monkeypatch)
     assert run.calls == 0
 
 
-@pytest.mark.parametrize("decline", [False, True])
-def test_layer_norm_grad_call_takes_the_remembered_launch(monkeypatch, decline):
+@pytest.mark.parametrize(("decline", "parameter"), [(False, False), (True, False), (False, True)])
+def test_layer_norm_grad_call_takes_the_remembered_launch(monkeypatch, decline, parameter):
     x = torch.randn(5, 64, device=DEV, requires_grad=True)
-    w = (torch.rand(64, device=DEV) + 0.5).requires_grad_()
-    b = torch.randn(64, device=DEV, requires_grad=True)
+    w = _weight(torch.rand(64, device=DEV) + 0.5, parameter)
+    b = _weight(torch.randn(64, device=DEV), parameter)
     run = _Recorder(_ln_run, decline)
     monkeypatch.setattr(ln, "_FAST", {ln._fast_key(x, w, b): run})
     y = ln.layer_norm(x, w, b, 1e-5)
@@ -166,8 +171,9 @@ def test_training_calls_remember_and_stay_right():
     n = 1000
     for i in range(3):  # fresh tensors: new pointers, the same specialisations
         x = torch.randn(4, 75, n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-        w = (torch.rand(n, device="cuda", dtype=torch.bfloat16) + 0.5).requires_grad_()
-        b = torch.randn(n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        # The weights as a model holds them: nn.Parameters.
+        w = torch.nn.Parameter(torch.rand(n, device="cuda", dtype=torch.bfloat16) + 0.5)
+        b = torch.nn.Parameter(torch.randn(n, device="cuda", dtype=torch.bfloat16))
         dy = torch.randn_like(x)
         xd, wd, bd = (t.detach().double().requires_grad_() for t in (x, w, b))
         cases = [

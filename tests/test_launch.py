@@ -65,6 +65,21 @@ def test_launch_key_is_finer_than_tritons_specialisation():
     assert _launch._arg_key(t[1:]) != _launch._arg_key(t)
 
 
+def test_parameters_are_keyed_like_tensors_and_other_subclasses_not_at_all():
+    # A model's weights are nn.Parameters: their launches must be remembered like a
+    # plain tensor's.  A subclass may change what the kernel sees: never keyed.
+    class Other(torch.Tensor):
+        pass
+
+    t = torch.empty(64, dtype=torch.float16)
+    p = torch.nn.Parameter(t)
+    assert _launch._arg_key(p) == _launch._arg_key(t)
+    assert _launch._arg_key(t.as_subclass(Other)) is _launch._UNKEYED
+    key = _launch.launch_key(_count_kernel, (1,), (t, p, 64, 2.0), {"BLOCK": 64})
+    assert key is not None
+    assert _launch.launch_key(_count_kernel, (1,), (t, t.as_subclass(Other), 64, 2.0), {}) is None
+
+
 @pytest.mark.skipif(tilebook.is_gpu(), reason="CPU behaviour")
 def test_interpreter_launches_through_the_jit_only():
     x = torch.ones(10)

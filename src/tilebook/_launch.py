@@ -40,6 +40,7 @@ import torch
 from . import runtime
 
 __all__ = [
+    "PLAIN_TENSORS",
     "Launched",
     "Memo",
     "device_guard",
@@ -57,6 +58,11 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
 _GPU = runtime.is_gpu()
 _current_device = torch.cuda.current_device
 _Tensor = torch.Tensor
+_Parameter = torch.nn.Parameter
+#: The tensor types a launch key and the ops' repeat-call keys take as they are: a
+#: plain tensor and a module's parameter (the weights of a model) behave alike for a
+#: kernel; other subclasses (fake, distributed, wrapped tensors) may not.
+PLAIN_TENSORS = frozenset({_Tensor, _Parameter})
 
 
 # --------------------------------------------------------------------------- devices
@@ -187,11 +193,11 @@ def _arg_key(value: Any):
     """``value`` as part of a launch key: finer than Triton's specialisation (see the
     module docstring); a sentinel for arguments that cannot be keyed."""
     kind = type(value)
-    if kind is _Tensor:
+    if kind is _Tensor or kind is _Parameter:
         return (value.dtype, value.get_device(), value.data_ptr() & 15)
     if kind is int or kind is bool or kind is float or value is None:
         return (kind, value) if kind is not float else kind
-    if kind is _Descriptor and type(value.base) is _Tensor:
+    if kind is _Descriptor and type(value.base) in PLAIN_TENSORS:
         # Triton asks for the dtype and the block shape; the rest pins the layout.
         base = value.base
         return (kind, base.dtype, base.get_device(), base.data_ptr() & 15, tuple(value.shape),

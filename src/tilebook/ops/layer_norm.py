@@ -52,7 +52,14 @@ import torch
 import triton
 import triton.language as tl
 
-from .._launch import device_guard, direct_launch_enabled, launch, launcher_for, sm_count
+from .._launch import (
+    PLAIN_TENSORS,
+    device_guard,
+    direct_launch_enabled,
+    launch,
+    launcher_for,
+    sm_count,
+)
 from ..validation import check_tensor
 from . import library
 from .partials import SUM_BLOCK_C, SUM_BLOCK_P, sum_partials_grid, sum_partials_kernel
@@ -1078,10 +1085,10 @@ def layer_norm(
     if _compiling():
         return _compiled(x, weight, bias, eps)
     if (
-        type(x) is torch.Tensor
+        type(x) in PLAIN_TENSORS
         and type(eps) is float
-        and (weight is None or type(weight) is torch.Tensor)
-        and (bias is None or type(bias) is torch.Tensor)
+        and (weight is None or type(weight) in PLAIN_TENSORS)
+        and (bias is None or type(bias) in PLAIN_TENSORS)
     ):
         run = _FAST.get(_fast_key(x, weight, bias))
         if run is not None and eps > 0 and math.isfinite(eps):

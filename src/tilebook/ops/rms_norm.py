@@ -45,7 +45,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._launch import Launched, Memo, direct_launch_enabled, launch, sm_count
+from .._launch import PLAIN_TENSORS, Launched, Memo, direct_launch_enabled, launch, sm_count
 from ..validation import check_same_device, check_tensor
 from . import library
 from .partials import SUM_BLOCK_C, SUM_BLOCK_P, sum_partials_grid, sum_partials_kernel
@@ -770,8 +770,8 @@ def _remembering_forward(x, x2, weight, eps, memo) -> tuple[torch.Tensor, torch.
     if (
         memo is not None
         and launched is not None
-        and type(x) is torch.Tensor
-        and type(weight) is torch.Tensor
+        and type(x) in PLAIN_TENSORS
+        and type(weight) in PLAIN_TENSORS
         and x.is_contiguous()
         and weight.is_contiguous()  # a strided weight was copied: never remembered
     ):
@@ -943,7 +943,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     if _compiling():
         return _compiled(x, weight, eps)
     grad = None
-    if type(x) is torch.Tensor and type(weight) is torch.Tensor and type(eps) is float:
+    if type(x) in PLAIN_TENSORS and type(weight) in PLAIN_TENSORS and type(eps) is float:
         grad = (x.requires_grad or weight.requires_grad) and _grad_enabled()
         run = (_FAST_GRAD if grad else _FAST).get(_fast_key(x, weight))
         if run is not None and eps > 0 and math.isfinite(eps):

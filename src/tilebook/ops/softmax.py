@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._launch import Memo, launch, sm_count
+from .._launch import PLAIN_TENSORS, Memo, launch, sm_count
 from ..validation import check_tensor
 from . import library
 
@@ -517,7 +517,7 @@ def _remembering_forward(x: torch.Tensor, key_dim: int, n_rows: int, n_cols: int
         return y
     x2, y2 = x.view(n_rows, n_cols), y.view(n_rows, n_cols)
     launched = _forward(x2, y2, pick_config(n_cols))
-    if launched is not None and type(x) is torch.Tensor and type(key_dim) is int:
+    if launched is not None and type(x) in PLAIN_TENSORS and type(key_dim) is int:
         ints = (n_rows, n_cols, x2.stride(0), y2.stride(0))
         y_aligned = y.data_ptr() % 16 == 0
 
@@ -626,7 +626,7 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """
     if _compiling():
         return _compiled(x, dim)
-    grad = x.requires_grad and _grad_enabled() if type(x) is torch.Tensor else None
+    grad = x.requires_grad and _grad_enabled() if type(x) in PLAIN_TENSORS else None
     if grad is not None and type(dim) is int:
         run = _FAST.get(_fast_key(x, dim))
         if run is not None:
