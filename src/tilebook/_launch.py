@@ -58,11 +58,10 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
 _GPU = runtime.is_gpu()
 _current_device = torch.cuda.current_device
 _Tensor = torch.Tensor
-_Parameter = torch.nn.Parameter
 #: The tensor types a launch key and the ops' repeat-call keys take as they are: a
 #: plain tensor and a module's parameter (the weights of a model) behave alike for a
 #: kernel; other subclasses (fake, distributed, wrapped tensors) may not.
-PLAIN_TENSORS = frozenset({_Tensor, _Parameter})
+PLAIN_TENSORS = frozenset({_Tensor, torch.nn.Parameter})
 
 
 # --------------------------------------------------------------------------- devices
@@ -193,7 +192,7 @@ def _arg_key(value: Any):
     """``value`` as part of a launch key: finer than Triton's specialisation (see the
     module docstring); a sentinel for arguments that cannot be keyed."""
     kind = type(value)
-    if kind is _Tensor or kind is _Parameter:
+    if kind in PLAIN_TENSORS:
         return (value.dtype, value.get_device(), value.data_ptr() & 15)
     if kind is int or kind is bool or kind is float or value is None:
         return (kind, value) if kind is not float else kind

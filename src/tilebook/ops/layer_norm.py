@@ -1104,11 +1104,8 @@ def layer_norm(
     b = None if bias is None else bias.contiguous()
     if _needs_grad(x, weight, bias):
         y = LayerNormFunction.apply(x, w, b, eps)
-        if x.is_cuda:
-            _remember_fast(x, weight, bias)  # the caller's tensors, as below
-        return y
-    x2 = _as_rows(x, n_cols)
-    y, _ = launch_layer_norm_fwd(x2, w, b, eps)
+    else:
+        y = launch_layer_norm_fwd(_as_rows(x, n_cols), w, b, eps)[0].view(x.shape)
     if x.is_cuda:
         _remember_fast(x, weight, bias)  # the caller's tensors: a strided one is never remembered
-    return y.view(x.shape)
+    return y
