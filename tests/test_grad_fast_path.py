@@ -165,9 +165,8 @@ def test_a_strided_weight_is_never_remembered_for_grad_calls(monkeypatch):
 
 @pytest.mark.gpu
 def test_training_calls_remember_and_stay_right():
-    sm._FAST.clear()
-    rn._FAST_GRAD.clear()
-    ln._FAST.clear()
+    for memo in (sm._FAST, sm._BWD_FAST, rn._FAST_GRAD, rn._BWD_FAST, ln._FAST):
+        memo.clear()
     n = 1000
     for i in range(3):  # fresh tensors: new pointers, the same specialisations
         x = torch.randn(4, 75, n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -190,3 +189,81 @@ def test_training_calls_remember_and_stay_right():
     assert sm._fast_key(x, -1) in sm._FAST
     assert rn._fast_key(x, w) in rn._FAST_GRAD
     assert ln._fast_key(x, w, b) in ln._FAST
+    # The backwards of the second and third steps replayed the first one's launches.
+    y = sm.softmax(x)
+    assert sm._bwd_key(y, dy) in sm._BWD_FAST
+    assert len(rn._BWD_FAST) == 1
+
+
+# --------------------------------------------------------------------------- backward
+# The backwards' replays: on the CPU, stand-ins for the compiled launches that run the
+# real kernels through the interpreter, so the replays' arguments meet the kernels.
+
+
+def _relaunch(kernel, grid, meta):
+    """What a remembered launch does, under the interpreter: the kernel, again."""
+
+    def go(*args):
+        kernel[grid](*args, **meta)
+        return True
+
+    return go
+
+
+@pytest.mark.parametrize("decline", [False, True])
+def test_softmax_backward_takes_the_remembered_launch(monkeypatch, decline):
+    x = torch.randn(3, 4, 40, device=DEV, requires_grad=True)
+    y = sm.softmax(x, -1)
+    dy = torch.randn_like(y)
+    replay = _Recorder(lambda y, dy: y * (dy - (y * dy).sum(-1, keepdim=True)), decline)
+    monkeypatch.setattr(sm, "_BWD_FAST", {sm._bwd_key(y, dy): replay})
+    (dx,) = torch.autograd.grad(y, (x,), dy, retain_graph=True)
+    assert replay.calls == 1
+    xd = x.detach().double().requires_grad_()
+    (want,) = torch.autograd.grad(torch.softmax(xd, -1), (xd,), dy.double())
+    assert _rel(dx, want) < 1e-5
+    # A strided dy (here .sum()'s expanded ones) is not asked: another layout.
+    (dx1,) = torch.autograd.grad(y.sum(), (x,), retain_graph=True)
+    assert replay.calls == 1 and dx1.abs().max().item() < 1e-5
+
+
+def test_softmax_backward_replay_runs_the_kernel_with_its_arguments():
+    x = torch.randn(6, 40, device=DEV)
+    y, dy = torch.softmax(x, -1), torch.randn(6, 40, device=DEV)
+    seen = []
+
+    def run(kernel, grid, *args, **meta):
+        kernel[grid](*args, **meta)
+        seen.append(_relaunch(kernel, grid, meta))
+        return seen[-1]
+
+    first = torch.empty_like(y)
+    assert sm._backward_launch(y, dy, first, run=run) is seen[0]
+    replay = sm._replay_bwd(seen[0], y.shape, first.data_ptr() & 15)
+    dy2 = torch.randn_like(dy)
+    got = replay(y, dy2)
+    want = y * (dy2 - (y * dy2).sum(-1, keepdim=True))
+    assert got is not None and _rel(got, want) < 1e-5
+    assert sm._replay_bwd(lambda *a: False, y.shape, first.data_ptr() & 15)(y, dy2) is None
+
+
+@pytest.mark.parametrize("shape", [(8, 48), (37, 100)])
+def test_rms_norm_backward_replay_runs_the_kernels_with_their_arguments(shape):
+    x = torch.randn(*shape, device=DEV)
+    w = torch.rand(shape[1], device=DEV) + 0.5
+    _, rstd = rn.launch_rms_norm_fwd(x, w, 1e-6)
+    plan = rn._bwd_plan(x)
+    assert not plan.chunked
+    replay = rn._replay_bwd(plan, [_relaunch(*step) for step in plan.launches])
+    for _ in range(2):  # new buffers each time, the same answer
+        dy = torch.randn_like(x)
+        got = replay(dy, x, w, rstd)
+        assert got is not None
+        xd, wd = x.double().requires_grad_(), w.double().requires_grad_()
+        ref = F.rms_norm(xd, (shape[1],), wd, 1e-6)
+        want = torch.autograd.grad(ref, (xd, wd), dy.double())
+        for g, r in zip(got, want, strict=True):
+            assert g.dtype == torch.float32 and _rel(g, r) < 1e-5
+    # A launch that declines (another device current, a hook): the ordinary path.
+    steps = [lambda *a: True, lambda *a: False]
+    assert rn._replay_bwd(plan, steps)(dy, x, w, rstd) is None

@@ -599,6 +599,9 @@ def _bwd_key(dy, x, weight, rstd) -> tuple:
 
 
 def _replay_bwd(plan, launched):
+    if not plan.chunked:
+        return _replay_rows_bwd(plan, *launched)
+
     def run(dy, x, w, rstd) -> tuple | None:
         bufs = _bwd_buffers(plan, x, w)
         if any(t.data_ptr() % 16 for t in bufs if t is not None):
@@ -607,6 +610,30 @@ def _replay_bwd(plan, launched):
             if not go(*args):
                 return None  # another device is current, or a hook listens
         return bufs[0], bufs[1]
+
+    return run
+
+
+def _replay_rows_bwd(plan, go_rows, go_sum):
+    """The whole-row backward's replay, as lean as the host allows: at 16384 x 1024 its
+    kernels take about 35 us and the backward is host-bound (benchmarks/notes/host_time.md).
+    empty_like costs about half of torch.empty(shape, dtype=, device=); x (its strides
+    are in the key) and weight (unit stride: RMSNormFunction's contract) are the models."""
+    n_rows, n_cols = plan.shape
+    n_parts = plan.partial_shape[0]
+    partial_shape, f32 = plan.partial_shape, torch.float32
+    empty, empty_like, contiguous = torch.empty, torch.empty_like, torch.contiguous_format
+
+    def run(dy, x, w, rstd) -> tuple | None:
+        dx = empty_like(x, memory_format=contiguous)
+        dw = empty_like(w, memory_format=contiguous)
+        partial = empty(partial_shape, dtype=f32, device=x.device)
+        if (dx.data_ptr() | dw.data_ptr() | partial.data_ptr()) & 15:
+            return None  # not the specialisation compiled for: the ordinary path
+        rows_args = (dy, x, w, rstd, dx, partial, n_rows, n_cols, dy.stride(0), x.stride(0), n_cols)
+        if not (go_rows(*rows_args) and go_sum(partial, dw, dw, n_parts, n_cols, n_cols)):
+            return None  # another device is current, or a hook listens
+        return dx, dw
 
     return run
 

@@ -419,21 +419,27 @@ def launch_softmax_backward(
 
 
 def _backward(y, dy, dx, config=None, run=None) -> torch.Tensor:
+    _backward_launch(y, dy, dx, config, run)
+    return dx
+
+
+def _backward_launch(y, dy, dx, config=None, run=None):
+    """Launch the backward on 2-D tensors; what ``run`` (:func:`launch`) returned
+    (None when there was nothing to launch)."""
     run = run or launch
     n_rows, n_cols = y.shape
     if n_rows == 0 or n_cols == 0:
-        return dx
+        return None
     cfg = config or pick_config(n_cols, backward=True)
     _check_config(cfg, n_cols)
     kernel = softmax_bwd_online_kernel if cfg.online else softmax_bwd_kernel
     meta = _meta(cfg, n_rows, n_cols, y, dy, dx)
     if not cfg.online:
         meta["RELOAD"] = cfg.reload
-    run(
+    return run(
         kernel, _grid(n_rows, cfg, y.device),
         y, dy, dx, n_rows, n_cols, y.stride(0), dy.stride(0), dx.stride(0), **meta,
     )  # fmt: skip
-    return dx
 
 
 def _unit_row_stride(t: torch.Tensor) -> torch.Tensor:
@@ -470,12 +476,49 @@ class SoftmaxFunction(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, dy: torch.Tensor):
         (y,) = ctx.saved_tensors  # contiguous: the forward allocated it
+        key = None
+        if type(dy) in PLAIN_TENSORS and dy.is_contiguous():  # dy has y's shape
+            key = _bwd_key(y, dy)
+            replay = _BWD_FAST.get(key)
+            if replay is not None:
+                dx = replay(y, dy)
+                if dx is not None:
+                    return dx, None, None
         n_cols = y.shape[-1]
         y2 = y.view(-1, n_cols) if n_cols else y.reshape(0, 0)
         dy2 = _unit_row_stride(dy.reshape(y2.shape))  # e.g. .sum().backward()'s expanded ones
         dx = torch.empty(y.shape, dtype=y.dtype, device=y.device)
-        _backward(y2, dy2, dx.view(y2.shape))
+        launched = _backward_launch(y2, dy2, dx.view(y2.shape))
+        if key is not None and launched is not None:
+            _BWD_FAST.remember(key, _replay_bwd(launched, y2.shape, dx.data_ptr() & 15))
         return dx, None, None
+
+
+# The backward's repeat calls, as the forward's (_FAST below): a backward whose y and
+# dy are contiguous keeps its Launched under the key of their shape, dtypes, device
+# and alignment; the next one like it only allocates dx and launches.
+_BWD_FAST = Memo()
+
+
+def _bwd_key(y: torch.Tensor, dy: torch.Tensor) -> tuple:
+    # y: the forward's contiguous output; dy: contiguous, of y's shape (autograd's rule).
+    return (y.shape, y.dtype, dy.dtype, y.device, y.data_ptr() & 15, dy.data_ptr() & 15,
+            ONLINE_THRESHOLD, ONLINE_BLOCK)  # fmt: skip
+
+
+def _replay_bwd(launched, shape2d, dx_align: int):
+    """``replay(y, dy) -> dx or None`` for contiguous ``y`` and ``dy`` keyed alike."""
+    n_rows, n_cols = shape2d
+    ints = (n_rows, n_cols, n_cols, n_cols, n_cols)  # sizes, then the three row strides
+    empty_like, contiguous = torch.empty_like, torch.contiguous_format
+
+    def replay(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor | None:
+        dx = empty_like(y, memory_format=contiguous)
+        if dx.data_ptr() & 15 != dx_align:  # another specialisation
+            return None
+        return dx if launched(y, dy, dx, *ints) else None
+
+    return replay
 
 
 def _normalize_dim(dim: object, ndim: int) -> int:
