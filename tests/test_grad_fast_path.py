@@ -193,6 +193,8 @@ def test_training_calls_remember_and_stay_right():
     y = sm.softmax(x)
     assert sm._bwd_key(y, dy) in sm._BWD_FAST
     assert len(rn._BWD_FAST) == 1
+    # ... and rms_norm's forward entry keeps that replay for the backwards after it.
+    assert rn._FAST_GRAD[rn._fast_key(x, w)].backward[2] in rn._BWD_FAST.values()
 
 
 # --------------------------------------------------------------------------- backward
@@ -247,23 +249,54 @@ def test_softmax_backward_replay_runs_the_kernel_with_its_arguments():
     assert sm._replay_bwd(lambda *a: False, y.shape, first.data_ptr() & 15)(y, dy2) is None
 
 
-@pytest.mark.parametrize("shape", [(8, 48), (37, 100)])
-def test_rms_norm_backward_replay_runs_the_kernels_with_their_arguments(shape):
+@pytest.mark.parametrize(
+    ("shape", "chunked"), [((8, 48), False), ((37, 100), False), ((37, 100), True)]
+)
+def test_rms_norm_backward_replay_runs_the_kernels_with_their_arguments(shape, chunked):
     x = torch.randn(*shape, device=DEV)
     w = torch.rand(shape[1], device=DEV) + 0.5
     _, rstd = rn.launch_rms_norm_fwd(x, w, 1e-6)
-    plan = rn._bwd_plan(x)
-    assert not plan.chunked
-    replay = rn._replay_bwd(plan, [_relaunch(*step) for step in plan.launches])
-    for _ in range(2):  # new buffers each time, the same answer
-        dy = torch.randn_like(x)
+    plan = rn._bwd_plan(x, chunked=chunked, chunk=32 if chunked else None)
+    assert plan.chunked is chunked
+    steps = [_relaunch(*step) for step in plan.launches]
+    replay = rn._replay_bwd(plan, steps, x.stride(0), x.stride(0))
+    for dy_shape in (shape, (shape[0], 1, shape[1])):  # dy as the caller holds it
+        dy = torch.randn(dy_shape, device=DEV)
         got = replay(dy, x, w, rstd)
-        assert got is not None
+        assert got is not None and got[0].shape == dy.shape
         xd, wd = x.double().requires_grad_(), w.double().requires_grad_()
         ref = F.rms_norm(xd, (shape[1],), wd, 1e-6)
-        want = torch.autograd.grad(ref, (xd, wd), dy.double())
+        want = torch.autograd.grad(ref, (xd, wd), dy.double().view(shape))
         for g, r in zip(got, want, strict=True):
-            assert g.dtype == torch.float32 and _rel(g, r) < 1e-5
+            assert g.dtype == torch.float32 and _rel(g.view(r.shape), r) < 1e-5
     # A launch that declines (another device current, a hook): the ordinary path.
-    steps = [lambda *a: True, lambda *a: False]
-    assert rn._replay_bwd(plan, steps)(dy, x, w, rstd) is None
+    steps[-1] = lambda *a: False
+    assert rn._replay_bwd(plan, steps, shape[1], shape[1])(dy, x, w, rstd) is None
+
+
+@pytest.mark.parametrize("decline", [False, True])
+def test_rms_norm_backward_replays_through_the_forward_entry(monkeypatch, decline):
+    # A forward that took its remembered launch hands it to the backward; the
+    # backward's replay kept on it runs dy as it comes (here 3-D), with no key.
+    x = torch.randn(2, 6, 48, device=DEV, requires_grad=True)
+    w = (torch.rand(48, device=DEV) + 0.5).requires_grad_()
+    forward = _Recorder(_rms_run)
+    plan = rn._bwd_plan(x.detach().view(12, 48))
+    real = rn._replay_bwd(plan, [_relaunch(*step) for step in plan.launches], 48, 48)
+    backward = _Recorder(real, decline)
+    forward.backward = (rn.BWD_CHUNKED_THRESHOLD, rn.CHUNK_BWD, backward)
+    monkeypatch.setattr(rn, "_FAST_GRAD", {rn._fast_key(x, w): forward})
+    xd, wd = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    ref = F.rms_norm(xd, (48,), wd, 1e-6)
+    y = rn.rms_norm(x, w, 1e-6)
+    for step in range(2):
+        dy = torch.randn_like(x)
+        dx, dw = torch.autograd.grad(y, (x, w), dy, retain_graph=True)
+        want = torch.autograd.grad(ref, (xd, wd), dy.double(), retain_graph=True)
+        assert backward.calls == step + 1 and dx.shape == x.shape
+        assert _rel(dx, want[0]) < 1e-5 and _rel(dw, want[1]) < 1e-5
+    # Another layout of dy (strided): the ordinary path, the replay is not asked.
+    dy = torch.randn(2, 6, 96, device=DEV)[..., ::2]
+    dx, dw = torch.autograd.grad(y, (x, w), dy)
+    want = torch.autograd.grad(ref, (xd, wd), dy.double())
+    assert backward.calls == 2 and _rel(dx, want[0]) < 1e-5 and _rel(dw, want[1]) < 1e-5

@@ -579,7 +579,7 @@ def _backward(dy, x, weight, rstd, rows_per_program=None, num_warps=None,
     steps = zip(plan.launches, _bwd_args(plan, dy, x, weight, rstd, *bufs), strict=True)
     launched = [run(kernel, grid, *args, **meta) for (kernel, grid, meta), args in steps]
     if key is not None and all(isinstance(go, Launched) for go in launched):
-        _BWD_FAST.remember(key, _replay_bwd(plan, launched))
+        _BWD_FAST.remember(key, _replay_bwd(plan, launched, dy.stride(0), x.stride(0)))
     return bufs[0], bufs[1]
 
 
@@ -598,40 +598,48 @@ def _bwd_key(dy, x, weight, rstd) -> tuple:
     )  # fmt: skip
 
 
-def _replay_bwd(plan, launched):
+def _replay_bwd(plan, launched, dy_stride: int, x_stride: int):
+    """``replay(dy, x, w, rstd) -> (dx, dweight) or None`` for tensors keyed like the
+    ones launched (:func:`_bwd_key`).  The key fixes the row strides of ``dy`` and ``x``,
+    so ``dy`` may be passed as the caller holds it (any shape) when its rows are
+    ``dy_stride`` apart; ``dx`` comes back shaped like ``dy``, contiguous."""
     if not plan.chunked:
-        return _replay_rows_bwd(plan, *launched)
+        return _replay_rows_bwd(plan, *launched, dy_stride, x_stride)
+    strides = (dy_stride, x_stride, plan.shape[1])
 
     def run(dy, x, w, rstd) -> tuple | None:
-        bufs = _bwd_buffers(plan, x, w)
+        bufs = _bwd_buffers(plan, x, w, dx_like=dy)
         if any(t.data_ptr() % 16 for t in bufs if t is not None):
             return None  # not the specialisation compiled for: the ordinary path
-        for go, args in zip(launched, _bwd_args(plan, dy, x, w, rstd, *bufs)):  # noqa: B905
-            if not go(*args):
+        args = _bwd_args(plan, dy, x, w, rstd, *bufs, strides=strides)
+        for go, a in zip(launched, args):  # noqa: B905
+            if not go(*a):
                 return None  # another device is current, or a hook listens
         return bufs[0], bufs[1]
 
     return run
 
 
-def _replay_rows_bwd(plan, go_rows, go_sum):
-    """The whole-row backward's replay, as lean as the host allows: at 16384 x 1024 its
-    kernels take about 35 us and the backward is host-bound (benchmarks/notes/host_time.md).
-    empty_like costs about half of torch.empty(shape, dtype=, device=); x (its strides
-    are in the key) and weight (unit stride: RMSNormFunction's contract) are the models."""
+def _replay_rows_bwd(plan, go_rows, go_sum, dy_stride: int, x_stride: int):
+    """The whole-row backward's replay, as lean as the host allows: at 16384 x 1024 the
+    kernels take less GPU time than the host work around them
+    (benchmarks/notes/host_time.md).  empty_like costs about half of
+    torch.empty(shape, dtype=, device=); dy and weight (unit stride:
+    RMSNormFunction's contract) are the models."""
     n_rows, n_cols = plan.shape
     n_parts = plan.partial_shape[0]
     partial_shape, f32 = plan.partial_shape, torch.float32
     empty, empty_like, contiguous = torch.empty, torch.empty_like, torch.contiguous_format
+    ints = (n_rows, n_cols, dy_stride, x_stride, n_cols)  # sizes; dy, x, dx row strides
+    sum_ints = (n_parts, n_cols, n_cols)
 
     def run(dy, x, w, rstd) -> tuple | None:
-        dx = empty_like(x, memory_format=contiguous)
+        dx = empty_like(dy, memory_format=contiguous)
         dw = empty_like(w, memory_format=contiguous)
         partial = empty(partial_shape, dtype=f32, device=x.device)
         if (dx.data_ptr() | dw.data_ptr() | partial.data_ptr()) & 15:
             return None  # not the specialisation compiled for: the ordinary path
-        rows_args = (dy, x, w, rstd, dx, partial, n_rows, n_cols, dy.stride(0), x.stride(0), n_cols)
-        if not (go_rows(*rows_args) and go_sum(partial, dw, dw, n_parts, n_cols, n_cols)):
+        if not (go_rows(dy, x, w, rstd, dx, partial, *ints) and go_sum(partial, dw, dw, *sum_ints)):
             return None  # another device is current, or a hook listens
         return dx, dw
 
@@ -689,20 +697,25 @@ def _bwd_plan(x, rows=None, warps=None, per_sm=None, chunked=None, chunk=None) -
     return _BwdPlan(x.shape, chunked, (n_parts, n_cols), dots_shape, launches)
 
 
-def _bwd_buffers(plan: _BwdPlan, x: torch.Tensor, weight: torch.Tensor) -> tuple:
-    """(dx, dweight, partial sums, dots or None), uninitialised."""
+def _bwd_buffers(plan: _BwdPlan, x: torch.Tensor, weight: torch.Tensor, dx_like=None) -> tuple:
+    """(dx, dweight, partial sums, dots or None), uninitialised; ``dx`` contiguous, of
+    ``plan``'s shape or, given ``dx_like``, of its shape (and x's dtype)."""
     dev = x.device
-    dx = torch.empty(plan.shape, dtype=x.dtype, device=dev)
+    if dx_like is None:
+        dx = torch.empty(plan.shape, dtype=x.dtype, device=dev)
+    else:
+        dx = torch.empty_like(dx_like, dtype=x.dtype, memory_format=torch.contiguous_format)
     dw = torch.empty(plan.shape[1], dtype=weight.dtype, device=dev)
     partial = torch.empty(plan.partial_shape, dtype=torch.float32, device=dev)
     dots = torch.empty(plan.dots_shape, dtype=torch.float32, device=dev) if plan.chunked else None
     return dx, dw, partial, dots
 
 
-def _bwd_args(plan: _BwdPlan, dy, x, w, rstd, dx, dw, partial, dots) -> list[tuple]:
-    """The runtime arguments of each of ``plan.launches``, in order."""
+def _bwd_args(plan: _BwdPlan, dy, x, w, rstd, dx, dw, partial, dots, strides=None) -> list[tuple]:
+    """The runtime arguments of each of ``plan.launches``, in order; ``strides``: the
+    row strides of dy, x and dx (default: their ``stride(0)``)."""
     n_rows, n_cols = plan.shape
-    strides = (dy.stride(0), x.stride(0), dx.stride(0))
+    strides = strides or (dy.stride(0), x.stride(0), dx.stride(0))
     if plan.chunked:
         args = [
             (dy, x, w, dots, n_cols, dy.stride(0), x.stride(0)),
@@ -738,7 +751,10 @@ class RMSNormFunction(torch.autograd.Function):
 
     ``run`` is a remembered launch (see :data:`_FAST_GRAD`) to try first; with
     ``remember`` the forward remembers its launch for the next call like this one.
-    Both are plumbing of :func:`rms_norm`: they get no gradient.
+    Both are plumbing of :func:`rms_norm`: they get no gradient.  A forward that ran
+    ``run`` hands it to the backward, which keeps its own replay on it
+    (``run.backward``): the forward's key fixes x, weight and rstd, so the backward
+    needs no key of its own when dy is contiguous, aligned and of x's dtype.
     """
 
     @staticmethod
@@ -747,19 +763,39 @@ class RMSNormFunction(torch.autograd.Function):
         got = run(x, weight, eps) if run is not None else None
         if got is not None:  # x is contiguous: the key says so
             y, rstd = got
-            x2 = x.view(rstd.shape[0], x.shape[-1])
+            saved = x
         else:
-            x2 = _as_rows(x, x.shape[-1])
-            y, rstd = _remembering_forward(x, x2, weight, eps, _FAST_GRAD if remember else None)
-        ctx.save_for_backward(x2, weight, rstd)
+            saved = _as_rows(x, x.shape[-1])
+            y, rstd = _remembering_forward(x, saved, weight, eps, _FAST_GRAD if remember else None)
+        ctx.replays = run if got is not None else None
+        ctx.save_for_backward(saved, weight, rstd)
         return y
 
     @staticmethod
     def backward(ctx, dy: torch.Tensor):
-        x2, weight, rstd = ctx.saved_tensors
-        dy2 = _as_rows(dy, x2.shape[1])
-        dx, dw = _backward(dy2, x2, weight, rstd)
-        dx = dx.view(dy.shape) if ctx.needs_input_grad[0] else None
+        x, weight, rstd = ctx.saved_tensors
+        replays, got = ctx.replays, None
+        plain = (
+            replays is not None
+            and type(dy) in PLAIN_TENSORS
+            and dy.dtype == x.dtype
+            and dy.is_contiguous()
+            and not dy.data_ptr() & 15
+        )
+        if plain:
+            kept = getattr(replays, "backward", None)
+            if kept is not None and kept[:2] == (BWD_CHUNKED_THRESHOLD, CHUNK_BWD):
+                got = kept[2](dy, x, weight, rstd)  # dx comes back shaped like dy
+        if got is None:
+            n_cols = x.shape[-1]
+            x2, dy2 = _as_rows(x, n_cols), _as_rows(dy, n_cols)
+            dx, dw = _backward(dy2, x2, weight, rstd)
+            got = dx.view(dy.shape), dw
+            replay = _BWD_FAST.get(_bwd_key(dy2, x2, weight, rstd)) if plain else None
+            if replay is not None:
+                replays.backward = (BWD_CHUNKED_THRESHOLD, CHUNK_BWD, replay)
+        dx, dw = got
+        dx = dx if ctx.needs_input_grad[0] else None
         dw = dw if ctx.needs_input_grad[1] else None
         return dx, dw, None, None, None
 
