@@ -210,6 +210,7 @@ def versus(
         errors, fwd, bwd = {}, {}, {}
         for name, fn in ops.items():
             xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
+            fn(xg, wg)  # the graph of a training step after the first: the op has seen one
             y = fn(xg, wg)
             errors[name] = _errors(y, *torch.autograd.grad(y, (xg, wg), dy, retain_graph=True), ref)
             fwd[name] = partial(fn, x, w)
