@@ -44,6 +44,11 @@ def check_tensor(
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.layout is not torch.strided:
+        raise TypeError(
+            f"{op}: {name} is a {str(x.layout).removeprefix('torch.')} tensor; the kernels "
+            f"read dense (strided) tensors: convert it with {name}.to_dense()"
+        )
     want = runtime.device()
     if x.device.type != want.type:
         hint = ".cuda()" if want.type == "cuda" else ".cpu()"

@@ -847,6 +847,7 @@ def _remember_bwd(key, plan, dy, x, w, stats, bufs) -> None:
 _FAST: dict[tuple, object] = {}
 _FAST_LIMIT = 1024
 _grad_enabled = torch.is_grad_enabled
+_STRIDED = torch.strided  # a sparse tensor has no strides for a key: the checks reject it
 
 
 def _meta_key(t: torch.Tensor | None) -> tuple | None:
@@ -1089,6 +1090,9 @@ def layer_norm(
         and type(eps) is float
         and (weight is None or type(weight) in PLAIN_TENSORS)
         and (bias is None or type(bias) in PLAIN_TENSORS)
+        and x.layout is _STRIDED
+        and (weight is None or weight.layout is _STRIDED)
+        and (bias is None or bias.layout is _STRIDED)
     ):
         run = _FAST.get(_fast_key(x, weight, bias))
         if run is not None and eps > 0 and math.isfinite(eps):

@@ -776,6 +776,7 @@ def _is_operand(t: object, ndim: int = 2) -> bool:
     """check_tensor's conditions in one cheap expression: launch latency is host time."""
     return (
         isinstance(t, torch.Tensor)
+        and t.layout is torch.strided
         and t.dtype in _MM_DTYPE_SET
         and t.device.type == _DEVICE_TYPE
         and t.dim() == ndim

@@ -812,6 +812,7 @@ class RMSNormFunction(torch.autograd.Function):
 _FAST = Memo()
 _FAST_GRAD = Memo()
 _grad_enabled = torch.is_grad_enabled
+_STRIDED = torch.strided  # a sparse tensor has no strides for a key: the checks reject it
 
 
 def _fast_key(x: torch.Tensor, weight: torch.Tensor) -> tuple:
@@ -1006,7 +1007,13 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     if _compiling():
         return _compiled(x, weight, eps)
     grad = None
-    if type(x) in PLAIN_TENSORS and type(weight) in PLAIN_TENSORS and type(eps) is float:
+    if (
+        type(x) in PLAIN_TENSORS
+        and type(weight) in PLAIN_TENSORS
+        and type(eps) is float
+        and x.layout is _STRIDED
+        and weight.layout is _STRIDED
+    ):
         grad = (x.requires_grad or weight.requires_grad) and _grad_enabled()
         run = (_FAST_GRAD if grad else _FAST).get(_fast_key(x, weight))
         if run is not None and eps > 0 and math.isfinite(eps):
