@@ -397,3 +397,67 @@ def test_launch_key_is_finer_than_tritons_specialisation():
     # ...and not so fine that two tensors laid out alike never share a launch.
     other = torch.empty_like(base)
     assert key(fa._descriptor(base, 16)) == key(fa._descriptor(other, 16))
+
+
+class _Counting:
+    """Wraps a remembered replay: counts the calls it is asked for."""
+
+    def __init__(self, replay):
+        self.replay, self.calls = replay, 0
+
+    def __call__(self, *args):
+        self.calls += 1
+        return self.replay(*args)
+
+
+def test_repeat_calls_replay_the_remembered_forward(monkeypatch):
+    # The call memo (fa._CALLS) on the CPU: a stand-in for launch() runs the kernel
+    # through the interpreter and hands back a relaunch, as a GPU's launch does, so
+    # the replay's arguments meet the real kernel.
+    def launch(kernel, grid, *args, **meta):
+        kernel[grid](*args, **meta)
+
+        def again(*a):
+            kernel[grid](*a, **meta)
+            return True
+
+        return again
+
+    monkeypatch.setattr(fa, "launch", launch)
+    monkeypatch.setattr(fa, "_CALLS", _launch.Memo())
+    kw = {"causal": True}
+    q, k, v = make_qkv(1, 4, 2, 40, 56, 32)
+    fa.flash_attention(q, k, v, **kw)  # the first call: checked, launched, remembered
+    (key,) = fa._CALLS
+    assert key == fa._call_key(q, k, v, True)
+    replay, *rest = fa._CALLS[key]
+    counting = _Counting(replay)
+    fa._CALLS[key] = (counting, *rest)
+    for step, scale in enumerate((None, 0.2)):  # new tensors: the replay, with grad too
+        q, k, v = make_qkv(1, 4, 2, 40, 56, 32)
+        out = fa.flash_attention(q, k, v, causal=True, sm_scale=scale)
+        want = reference(q, k, v, causal=True, sm_scale=scale)
+        assert rel_err(out, want) < TOL[torch.float32]
+        check_against_reference(q, k, v, causal=True, sm_scale=scale)
+        assert counting.calls == 2 * step + 2
+    # Calls of another kind are not asked: a window, documents, an int scale, another
+    # layout, causal off.
+    docs = torch.zeros(1, 40, dtype=torch.int32, device=DEV)
+    q2 = q.transpose(2, 3).contiguous().transpose(2, 3)  # D no longer contiguous
+    for args, extra in (
+        ((q, k, v), {"causal": True, "window": (8, None)}),
+        ((q, q, q), {"causal": True, "document_ids": docs}),
+        ((q, k, v), {"causal": True, "sm_scale": 1}),
+        ((q2, k, v), {"causal": True}),
+        ((q, k, v), {"causal": False}),
+    ):
+        check_against_reference(*args, **extra)
+    assert counting.calls == 4
+    # Bad arguments on a remembered kind still raise.
+    with pytest.raises(ValueError, match="sm_scale"):
+        fa.flash_attention(q, k, v, causal=True, sm_scale=-1.0)
+    with pytest.raises(TypeError, match="causal"):
+        fa.flash_attention(q, k, v, causal=1)
+    # A replay that declines (another specialisation of O): the ordinary path.
+    fa._CALLS[key] = (lambda *a: None, *rest)
+    check_against_reference(q, k, v, causal=True)
