@@ -410,10 +410,10 @@ class _Counting:
         return self.replay(*args)
 
 
-def test_repeat_calls_replay_the_remembered_forward(monkeypatch):
+def test_repeat_calls_replay_the_remembered_forward_and_backward(monkeypatch):
     # The call memo (fa._CALLS) on the CPU: a stand-in for launch() runs the kernel
     # through the interpreter and hands back a relaunch, as a GPU's launch does, so
-    # the replay's arguments meet the real kernel.
+    # the replays' arguments meet the real kernels.
     def launch(kernel, grid, *args, **meta):
         kernel[grid](*args, **meta)
 
@@ -425,21 +425,26 @@ def test_repeat_calls_replay_the_remembered_forward(monkeypatch):
 
     monkeypatch.setattr(fa, "launch", launch)
     monkeypatch.setattr(fa, "_CALLS", _launch.Memo())
-    kw = {"causal": True}
     q, k, v = make_qkv(1, 4, 2, 40, 56, 32)
-    fa.flash_attention(q, k, v, **kw)  # the first call: checked, launched, remembered
+    fa.flash_attention(q, k, v, causal=True)  # the first call: checked, launched, remembered
     (key,) = fa._CALLS
     assert key == fa._call_key(q, k, v, True)
-    replay, *rest = fa._CALLS[key]
-    counting = _Counting(replay)
-    fa._CALLS[key] = (counting, *rest)
-    for step, scale in enumerate((None, 0.2)):  # new tensors: the replay, with grad too
+    call = fa._CALLS[key]
+    forward = call.forward = _Counting(call.forward)
+    assert call.backward is None
+    for step, scale in enumerate((None, 0.2, None)):  # new tensors each time
         q, k, v = make_qkv(1, 4, 2, 40, 56, 32)
         out = fa.flash_attention(q, k, v, causal=True, sm_scale=scale)
         want = reference(q, k, v, causal=True, sm_scale=scale)
         assert rel_err(out, want) < TOL[torch.float32]
+        # with grad: the forward replay, and from the second step the backward's
         check_against_reference(q, k, v, causal=True, sm_scale=scale)
-        assert counting.calls == 2 * step + 2
+        assert forward.calls == 2 * step + 2
+        if step == 0:
+            assert call.backward is not None
+            backward = call.backward = _Counting(call.backward)
+        else:
+            assert backward.calls == step
     # Calls of another kind are not asked: a window, documents, an int scale, another
     # layout, causal off.
     docs = torch.zeros(1, 40, dtype=torch.int32, device=DEV)
@@ -452,12 +457,25 @@ def test_repeat_calls_replay_the_remembered_forward(monkeypatch):
         ((q, k, v), {"causal": False}),
     ):
         check_against_reference(*args, **extra)
-    assert counting.calls == 4
+    assert (forward.calls, backward.calls) == (6, 2)
+    # A dO that is not contiguous: the backward's ordinary path.
+    qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+    out = fa.flash_attention(qg, kg, vg, causal=True)
+    dout = torch.randn(1, 4, 32, 40, device=DEV).transpose(2, 3)
+    got = torch.autograd.grad(out, (qg, kg, vg), dout)
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    want = torch.autograd.grad(
+        reference(q64, k64, v64, causal=True), (q64, k64, v64), dout.double()
+    )
+    assert all(rel_err(g, w) < TOL[torch.float32] for g, w in zip(got, want, strict=True))
+    assert (forward.calls, backward.calls) == (7, 2)
     # Bad arguments on a remembered kind still raise.
     with pytest.raises(ValueError, match="sm_scale"):
         fa.flash_attention(q, k, v, causal=True, sm_scale=-1.0)
     with pytest.raises(TypeError, match="causal"):
         fa.flash_attention(q, k, v, causal=1)
-    # A replay that declines (another specialisation of O): the ordinary path.
-    fa._CALLS[key] = (lambda *a: None, *rest)
+    # Replays that decline (another specialisation of an output): the ordinary paths.
+    call.forward = lambda *a: None
+    check_against_reference(q, k, v, causal=True)
+    call.forward, call.backward = forward, lambda *a: None
     check_against_reference(q, k, v, causal=True)

@@ -676,18 +676,30 @@ _PREPROCESS_BLOCK = 64
 
 def launch_preprocess(o: torch.Tensor, do: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
     """``delta[b, h, i] = sum_d dO * O`` into the float32 ``delta`` (B, H, Nq)."""
+    _preprocess(o, do, delta)
+    return delta
+
+
+def _preprocess(o, do, delta):
+    """:func:`launch_preprocess`'s launch; returns what starts it again (or None)."""
     B, H, Nq, D = o.shape
     block = _PREPROCESS_BLOCK
-    launch(
+    return launch(
         _bwd_preprocess_kernel, (triton.cdiv(Nq, block), B * H),
         o, do, delta, H, Nq, o.stride(0), o.stride(1), o.stride(2),
         do.stride(0), do.stride(1), do.stride(2), HEAD_DIM=D, BLOCK_M=block,
     )  # fmt: skip
-    return delta
 
 
 def launch_dkdv(q, k, v, do, lse, delta, dk, dv, *, sm_scale, mask, document_ids, config):
     """dK and dV into ``dk`` and ``dv`` (B, Hkv, Nk, D), summed over grouped query heads."""
+    kw = {"sm_scale": sm_scale, "mask": mask, "document_ids": document_ids, "config": config}
+    _dkdv(q, k, v, do, lse, delta, dk, dv, **kw)
+    return dk, dv
+
+
+def _dkdv(q, k, v, do, lse, delta, dk, dv, *, sm_scale, mask, document_ids, config):
+    """:func:`launch_dkdv`'s launch; returns what starts it again (or None)."""
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     bm, bn = config.block_m, config.block_n
@@ -697,7 +709,7 @@ def launch_dkdv(q, k, v, do, lse, delta, dk, dv, *, sm_scale, mask, document_ids
     with device_guard(q):
         if q.is_cuda:
             ensure_cuda_context(q.device)
-        _run(
+        return _run(
             _bwd_dkdv_kernel, _grid_1d(num_n, B * Hkv), config,
             _descriptor(q, bm), _descriptor(k, bn), _descriptor(v, bn), _descriptor(do, bm),
             _descriptor(dk, bn), _descriptor(dv, bn), lse, delta,
@@ -705,11 +717,17 @@ def launch_dkdv(q, k, v, do, lse, delta, dk, dv, *, sm_scale, mask, document_ids
             sm_scale, sm_scale * _LOG2E, Hkv, H // Hkv, Nq, Nk, mask.left, mask.right, num_n,
             HEAD_DIM=D, BLOCK_M=bm, BLOCK_N=bn, BAND=mask.band, DOC=doc is not None,
         )  # fmt: skip
-    return dk, dv
 
 
 def launch_dq(q, k, v, do, lse, delta, dq, *, sm_scale, mask, document_ids, config):
     """dQ into ``dq`` (B, H, Nq, D)."""
+    _dq(q, k, v, do, lse, delta, dq, sm_scale=sm_scale, mask=mask, document_ids=document_ids,
+        config=config)  # fmt: skip
+    return dq
+
+
+def _dq(q, k, v, do, lse, delta, dq, *, sm_scale, mask, document_ids, config):
+    """:func:`launch_dq`'s launch; returns what starts it again (or None)."""
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     bm, bn = config.block_m, config.block_n
@@ -719,14 +737,13 @@ def launch_dq(q, k, v, do, lse, delta, dq, *, sm_scale, mask, document_ids, conf
     with device_guard(q):
         if q.is_cuda:
             ensure_cuda_context(q.device)
-        _run(
+        return _run(
             _bwd_dq_kernel, _grid_1d(num_m, B * H), config,
             _descriptor(q, bm), _descriptor(k, bn), _descriptor(v, bn), _descriptor(do, bm),
             _descriptor(dq, bm), lse, delta, doc if doc is not None else lse, rng,
             sm_scale, sm_scale * _LOG2E, H, H // Hkv, Nq, Nk, mask.left, mask.right, num_m,
             HEAD_DIM=D, BLOCK_M=bm, BLOCK_N=bn, BAND=mask.band, DOC=doc is not None,
         )  # fmt: skip
-    return dq
 
 
 def attention_backward(
@@ -744,15 +761,23 @@ def attention_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients ``(dq, dk, dv)`` from the forward's ``o`` and ``lse``: the rowsum(dO*O)
     preprocess, then the dK/dV kernel and the dQ kernel."""
+    kw = {"sm_scale": sm_scale, "mask": mask, "document_ids": document_ids, "configs": configs}
+    return _attention_backward(do, q, k, v, o, lse, **kw)[:3]
+
+
+def _attention_backward(do, q, k, v, o, lse, *, sm_scale, mask, document_ids, configs):
+    """:func:`attention_backward`'s work: ``(dq, dk, dv, what starts each of the three
+    launches again)``."""
     do = _ready(do)
-    delta = launch_preprocess(o, do, torch.empty_like(lse))
+    delta = torch.empty_like(lse)
+    pre = _preprocess(o, do, delta)
     dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
     kw = {"sm_scale": sm_scale, "mask": mask, "document_ids": document_ids}
-    launch_dkdv(q, k, v, do, lse, delta, dk, dv, config=configs["dkdv"], **kw)
-    launch_dq(q, k, v, do, lse, delta, dq, config=configs["dq"], **kw)
-    return dq, dk, dv
+    kv = _dkdv(q, k, v, do, lse, delta, dk, dv, config=configs["dkdv"], **kw)
+    qq = _dq(q, k, v, do, lse, delta, dq, config=configs["dq"], **kw)
+    return dq, dk, dv, (pre, kv, qq)
 
 
 def _forward(q, k, v, document_ids, sm_scale, mask, configs, remember=None):
@@ -767,8 +792,19 @@ def _forward(q, k, v, document_ids, sm_scale, mask, configs, remember=None):
     )  # fmt: skip
     if remember is not None and launched is not None:
         replay = _call_replay(launched, q, k, v, mask, configs["fwd"])
-        _CALLS.remember(remember, (replay, mask, configs, 1.0 / math.sqrt(D)))
+        _CALLS.remember(remember, _Call(replay, mask, configs, 1.0 / math.sqrt(D)))
     return o, lse
+
+
+class _Call:
+    """A remembered kind of call (:data:`_CALLS`): its forward replay, and the backward
+    replay its first backward with a plain ``dO`` leaves (None until then)."""
+
+    __slots__ = ("backward", "configs", "forward", "mask", "scale")
+
+    def __init__(self, forward, mask, configs, scale: float):
+        self.forward, self.mask, self.configs, self.scale = forward, mask, configs, scale
+        self.backward = None
 
 
 # Repeat calls.  A forward at 1 x 4 x 256 x 64 spent about 155 us of host time in
@@ -823,17 +859,67 @@ def _call_replay(launched, q, k, v, mask: _Mask, config: KernelConfig):
     return replay
 
 
+def _backward_replay(launches, q, k, v, mask: _Mask, configs):
+    """``replay(do, q, k, v, o, lse, sm_scale) -> (dq, dk, dv) or None`` for tensors laid
+    out like these (the call's key) and a contiguous, 16-byte aligned ``do`` of q's
+    dtype; ``o`` is the forward's (contiguous)."""
+    pre, dkdv, dqk = launches
+    _, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    o_strides = (H * Nq * D, Nq * D, D, 1)  # o, do (contiguous) and dq
+    kv_strides = (Hkv * Nk * D, Nk * D, D, 1)  # dk and dv
+    pre_ints = (H, Nq, *o_strides[:3])
+
+    def layouts(cfg: KernelConfig) -> tuple:
+        """q, k, v and do as the kernel with ``cfg``'s tiles reads them."""
+        bm, bn = cfg.block_m, cfg.block_n
+        return (_layout(q.shape, q.stride(), bm), _layout(k.shape, k.stride(), bn),
+                _layout(v.shape, v.stride(), bn), _layout(q.shape, o_strides, bm))  # fmt: skip
+
+    cfg_kv, cfg_q = configs["dkdv"], configs["dq"]
+    lay_kv, lay_q = layouts(cfg_kv), layouts(cfg_q)
+    ldk = _layout(k.shape, kv_strides, cfg_kv.block_n)
+    ldq = _layout(q.shape, o_strides, cfg_q.block_m)
+    kv_ints = (Hkv, H // Hkv, Nq, Nk, mask.left, mask.right, triton.cdiv(Nk, cfg_kv.block_n))
+    q_ints = (H, H // Hkv, Nq, Nk, mask.left, mask.right, triton.cdiv(Nq, cfg_q.block_m))
+    desc, empty, empty_like = TensorDescriptor, torch.empty, torch.empty_like
+
+    def replay(do, q, k, v, o, lse, sm_scale: float):
+        delta = empty_like(lse)
+        dq = empty(q.shape, dtype=q.dtype, device=q.device)
+        dk = empty(k.shape, dtype=k.dtype, device=k.device)
+        dv = empty(v.shape, dtype=v.dtype, device=v.device)
+        if (delta.data_ptr() | dq.data_ptr() | dk.data_ptr() | dv.data_ptr()) & 15:
+            return None  # another specialisation: the ordinary path
+        if q.is_cuda:
+            ensure_cuda_context(q.device)
+        s2 = sm_scale * _LOG2E
+        a, b, c, d = lay_kv
+        kv_args = (desc(q, *a), desc(k, *b), desc(v, *c), desc(do, *d), desc(dk, *ldk),
+                   desc(dv, *ldk), lse, delta, lse, lse, sm_scale, s2, *kv_ints)  # fmt: skip
+        a, b, c, d = lay_q
+        q_args = (desc(q, *a), desc(k, *b), desc(v, *c), desc(do, *d), desc(dq, *ldq),
+                  lse, delta, lse, lse, sm_scale, s2, *q_ints)  # fmt: skip
+        if not (pre(o, do, delta, *pre_ints, *do.stride()[:3]) and dkdv(*kv_args) and dqk(*q_args)):
+            return None  # another device is current, or a hook listens
+        return dq, dk, dv
+
+    return replay
+
+
 class FlashAttentionFunction(torch.autograd.Function):
     """Autograd for :func:`flash_attention`; the inputs arrive checked and descriptor-ready.
 
-    ``run`` is a remembered forward (see :data:`_CALLS`) to try first; ``remember``, a
-    key under which the forward remembers its launch.  Both are plumbing of
+    ``call`` is a remembered kind of call (see :data:`_CALLS`) whose forward is tried
+    first, and whose backward replay the backward uses (or leaves there); ``remember``,
+    a key under which the forward remembers its launch.  Both are plumbing of
     :func:`flash_attention`: they get no gradient.
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, document_ids, sm_scale, mask, configs, run=None, remember=None):
-        got = run(q, k, v, sm_scale) if run is not None else None
+    def forward(ctx, q, k, v, document_ids, sm_scale, mask, configs, call=None, remember=None):
+        got = call.forward(q, k, v, sm_scale) if call is not None else None
+        ctx.call = call if got is not None else None
         if got is None:
             got = _forward(q, k, v, document_ids, sm_scale, mask, configs, remember)
         o, lse = got
@@ -845,13 +931,27 @@ class FlashAttentionFunction(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, do):
         q, k, v, o, lse, document_ids = ctx.saved_tensors
-        rest = (None,) * 6  # document_ids, sm_scale, mask, configs, run, remember
+        rest = (None,) * 6  # document_ids, sm_scale, mask, configs, call, remember
         if k.shape[2] == 0 or q.numel() == 0:
             return (torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), *rest)
-        dq, dk, dv = attention_backward(
+        call = ctx.call  # the forward replayed a remembered call: its backward may too
+        plain = (
+            call is not None
+            and type(do) in PLAIN_TENSORS
+            and do.dtype == q.dtype
+            and do.is_contiguous()
+            and not do.data_ptr() & 15
+        )
+        if plain and call.backward is not None:
+            got = call.backward(do, q, k, v, o, lse, ctx.sm_scale)
+            if got is not None:
+                return (*got, *rest)
+        dq, dk, dv, launches = _attention_backward(
             do, q, k, v, o, lse, sm_scale=ctx.sm_scale, mask=ctx.mask,
             document_ids=document_ids, configs=ctx.configs,
         )  # fmt: skip
+        if plain and call.backward is None and None not in launches:
+            call.backward = _backward_replay(launches, q, k, v, ctx.mask, ctx.configs)
         return dq, dk, dv, *rest
 
 
@@ -1100,13 +1200,14 @@ def flash_attention(
         and v.layout is _STRIDED
     ):
         key = _call_key(q, k, v, causal)
-        seen = _CALLS.get(key)
-        if seen is not None:
-            replay, mask, configs, default_scale = seen
-            scale = default_scale if sm_scale is None else sm_scale
+        call = _CALLS.get(key)
+        if call is not None:
+            scale = call.scale if sm_scale is None else sm_scale
             if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-                return FlashAttentionFunction.apply(q, k, v, None, scale, mask, configs, replay)
-            got = replay(q, k, v, scale)
+                return FlashAttentionFunction.apply(
+                    q, k, v, None, scale, call.mask, call.configs, call
+                )
+            got = call.forward(q, k, v, scale)
             if got is not None:
                 return got[0]
     _check_args(q, k, v, causal, sm_scale, window, document_ids)
