@@ -9,6 +9,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -21,17 +22,21 @@ import tilebook
 # on, into a folder that the session's processes (pytest-xdist's workers) share: the
 # controller names it before it starts any worker.
 SITE_SHARED = "TILEBOOK_SITE_SHARED"
+SITE_KEEP_S = 4 * 3600  # longer than any test session (CI allows 90 minutes)
 
 
 def pytest_configure(config):
     if not hasattr(config, "workerinput"):  # the controller, or a run without workers
         # Keep the sites of the last two sessions (to look at, or to reuse through
-        # TILEBOOK_BUILT_SITE=<folder>/site), as pytest keeps its last temporary folders.
+        # TILEBOOK_BUILT_SITE=<folder>/site), as pytest keeps its last temporary folders,
+        # and any from the last few hours: another session running beside this one may
+        # still be reading its site after the build.
         import site_build
 
         old = sorted(Path(tempfile.gettempdir()).glob("tilebook-site-*"), key=os.path.getmtime)
+        recent = time.time() - SITE_KEEP_S
         for folder in old[:-2]:
-            if not site_build.building(folder):  # another session's build in progress
+            if os.path.getmtime(folder) < recent and not site_build.building(folder):
                 shutil.rmtree(folder, ignore_errors=True)
         os.environ[SITE_SHARED] = tempfile.mkdtemp(prefix="tilebook-site-")
 
