@@ -47,6 +47,8 @@ __all__ = [
     "ensure_cuda_context",
     "launch",
     "launch_key",
+    "plain",
+    "plain_grad",
     "sm_count",
 ]
 
@@ -62,6 +64,20 @@ _Tensor = torch.Tensor
 #: plain tensor and a module's parameter (the weights of a model) behave alike for a
 #: kernel; other subclasses (fake, distributed, wrapped tensors) may not.
 PLAIN_TENSORS = frozenset({_Tensor, torch.nn.Parameter})
+_STRIDED = torch.strided
+
+
+def plain(t: object) -> bool:
+    """Whether an op's repeat-call key may take ``t`` as it is: one of
+    :data:`PLAIN_TENSORS`, and dense (a sparse tensor has no strides or data pointer
+    to key; the checks refuse it)."""
+    return type(t) in PLAIN_TENSORS and t.layout is _STRIDED
+
+
+def plain_grad(g: object, dtype: torch.dtype) -> bool:
+    """Whether an incoming gradient may take a backward replay made for a plain,
+    contiguous, 16-byte aligned gradient of ``dtype``."""
+    return plain(g) and g.dtype == dtype and g.is_contiguous() and not g.data_ptr() & 15
 
 
 # --------------------------------------------------------------------------- devices

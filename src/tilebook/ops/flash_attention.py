@@ -43,7 +43,15 @@ import triton.language as tl
 from triton.runtime.errors import OutOfResources
 
 from .. import runtime
-from .._launch import PLAIN_TENSORS, Memo, device_guard, ensure_cuda_context, launch, launch_key
+from .._launch import (
+    Memo,
+    device_guard,
+    ensure_cuda_context,
+    launch,
+    launch_key,
+    plain,
+    plain_grad,
+)
 from ..validation import check_same_dtype_device, check_tensor
 from . import library
 
@@ -815,7 +823,6 @@ class _Call:
 # launch was specialised on.  The next call with the same key only allocates O and the
 # log-sum-exp, builds the descriptors and launches; ``sm_scale`` is a runtime argument.
 _CALLS = Memo()
-_STRIDED = torch.strided
 
 
 def _call_key(q, k, v, causal: bool) -> tuple:
@@ -935,14 +942,8 @@ class FlashAttentionFunction(torch.autograd.Function):
         if k.shape[2] == 0 or q.numel() == 0:
             return (torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), *rest)
         call = ctx.call  # the forward replayed a remembered call: its backward may too
-        plain = (
-            call is not None
-            and type(do) in PLAIN_TENSORS
-            and do.dtype == q.dtype
-            and do.is_contiguous()
-            and not do.data_ptr() & 15
-        )
-        if plain and call.backward is not None:
+        kind = call is not None and plain_grad(do, q.dtype)
+        if kind and call.backward is not None:
             got = call.backward(do, q, k, v, o, lse, ctx.sm_scale)
             if got is not None:
                 return (*got, *rest)
@@ -950,7 +951,7 @@ class FlashAttentionFunction(torch.autograd.Function):
             do, q, k, v, o, lse, sm_scale=ctx.sm_scale, mask=ctx.mask,
             document_ids=document_ids, configs=ctx.configs,
         )  # fmt: skip
-        if plain and call.backward is None and None not in launches:
+        if kind and call.backward is None and None not in launches:
             call.backward = _backward_replay(launches, q, k, v, ctx.mask, ctx.configs)
         return dq, dk, dv, *rest
 
@@ -1192,12 +1193,9 @@ def flash_attention(
         and window is None
         and (causal is True or causal is False)
         and (sm_scale is None or (type(sm_scale) is float and 0.0 < sm_scale < math.inf))
-        and type(q) in PLAIN_TENSORS
-        and type(k) in PLAIN_TENSORS
-        and type(v) in PLAIN_TENSORS
-        and q.layout is _STRIDED
-        and k.layout is _STRIDED
-        and v.layout is _STRIDED
+        and plain(q)
+        and plain(k)
+        and plain(v)
     ):
         key = _call_key(q, k, v, causal)
         call = _CALLS.get(key)

@@ -53,11 +53,11 @@ import triton
 import triton.language as tl
 
 from .._launch import (
-    PLAIN_TENSORS,
     device_guard,
     direct_launch_enabled,
     launch,
     launcher_for,
+    plain,
     sm_count,
 )
 from ..validation import check_tensor
@@ -847,7 +847,6 @@ def _remember_bwd(key, plan, dy, x, w, stats, bufs) -> None:
 _FAST: dict[tuple, object] = {}
 _FAST_LIMIT = 1024
 _grad_enabled = torch.is_grad_enabled
-_STRIDED = torch.strided  # a sparse tensor has no strides for a key: the checks reject it
 
 
 def _meta_key(t: torch.Tensor | None) -> tuple | None:
@@ -1086,13 +1085,10 @@ def layer_norm(
     if _compiling():
         return _compiled(x, weight, bias, eps)
     if (
-        type(x) in PLAIN_TENSORS
+        plain(x)
         and type(eps) is float
-        and (weight is None or type(weight) in PLAIN_TENSORS)
-        and (bias is None or type(bias) in PLAIN_TENSORS)
-        and x.layout is _STRIDED
-        and (weight is None or weight.layout is _STRIDED)
-        and (bias is None or bias.layout is _STRIDED)
+        and (weight is None or plain(weight))
+        and (bias is None or plain(bias))
     ):
         run = _FAST.get(_fast_key(x, weight, bias))
         if run is not None and eps > 0 and math.isfinite(eps):

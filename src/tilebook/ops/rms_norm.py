@@ -45,7 +45,16 @@ import torch
 import triton
 import triton.language as tl
 
-from .._launch import PLAIN_TENSORS, Launched, Memo, direct_launch_enabled, launch, sm_count
+from .._launch import (
+    PLAIN_TENSORS,
+    Launched,
+    Memo,
+    direct_launch_enabled,
+    launch,
+    plain,
+    plain_grad,
+    sm_count,
+)
 from ..validation import check_same_device, check_tensor
 from . import library
 from .partials import SUM_BLOCK_C, SUM_BLOCK_P, sum_partials_grid, sum_partials_kernel
@@ -775,14 +784,8 @@ class RMSNormFunction(torch.autograd.Function):
     def backward(ctx, dy: torch.Tensor):
         x, weight, rstd = ctx.saved_tensors
         replays, got = ctx.replays, None
-        plain = (
-            replays is not None
-            and type(dy) in PLAIN_TENSORS
-            and dy.dtype == x.dtype
-            and dy.is_contiguous()
-            and not dy.data_ptr() & 15
-        )
-        if plain:
+        kind = replays is not None and plain_grad(dy, x.dtype)
+        if kind:
             kept = getattr(replays, "backward", None)
             if kept is not None and kept[:2] == (BWD_CHUNKED_THRESHOLD, CHUNK_BWD):
                 got = kept[2](dy, x, weight, rstd)  # dx comes back shaped like dy
@@ -791,7 +794,7 @@ class RMSNormFunction(torch.autograd.Function):
             x2, dy2 = _as_rows(x, n_cols), _as_rows(dy, n_cols)
             dx, dw = _backward(dy2, x2, weight, rstd)
             got = dx.view(dy.shape), dw
-            replay = _BWD_FAST.get(_bwd_key(dy2, x2, weight, rstd)) if plain else None
+            replay = _BWD_FAST.get(_bwd_key(dy2, x2, weight, rstd)) if kind else None
             if replay is not None:
                 replays.backward = (BWD_CHUNKED_THRESHOLD, CHUNK_BWD, replay)
         dx, dw = got
@@ -812,7 +815,6 @@ class RMSNormFunction(torch.autograd.Function):
 _FAST = Memo()
 _FAST_GRAD = Memo()
 _grad_enabled = torch.is_grad_enabled
-_STRIDED = torch.strided  # a sparse tensor has no strides for a key: the checks reject it
 
 
 def _fast_key(x: torch.Tensor, weight: torch.Tensor) -> tuple:
@@ -1007,13 +1009,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     if _compiling():
         return _compiled(x, weight, eps)
     grad = None
-    if (
-        type(x) in PLAIN_TENSORS
-        and type(weight) in PLAIN_TENSORS
-        and type(eps) is float
-        and x.layout is _STRIDED
-        and weight.layout is _STRIDED
-    ):
+    if plain(x) and plain(weight) and type(eps) is float:
         grad = (x.requires_grad or weight.requires_grad) and _grad_enabled()
         run = (_FAST_GRAD if grad else _FAST).get(_fast_key(x, weight))
         if run is not None and eps > 0 and math.isfinite(eps):

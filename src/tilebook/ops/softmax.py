@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._launch import PLAIN_TENSORS, Memo, launch, sm_count
+from .._launch import PLAIN_TENSORS, Memo, launch, plain, sm_count
 from ..validation import check_tensor
 from . import library
 
@@ -544,7 +544,6 @@ def _normalize_dim(dim: object, ndim: int) -> int:
 # time through the checks and the configuration, where torch.softmax took 17).
 _FAST = Memo()
 _grad_enabled = torch.is_grad_enabled
-_STRIDED = torch.strided  # a sparse tensor has no strides for a key: the checks reject it
 
 
 def _fast_key(x: torch.Tensor, dim: int) -> tuple:
@@ -670,8 +669,7 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """
     if _compiling():
         return _compiled(x, dim)
-    plain = type(x) in PLAIN_TENSORS and x.layout is _STRIDED
-    grad = x.requires_grad and _grad_enabled() if plain else None
+    grad = x.requires_grad and _grad_enabled() if plain(x) else None
     if grad is not None and type(dim) is int:
         run = _FAST.get(_fast_key(x, dim))
         if run is not None:
