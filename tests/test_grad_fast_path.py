@@ -250,7 +250,8 @@ def test_softmax_backward_replay_runs_the_kernel_with_its_arguments():
 
 
 @pytest.mark.parametrize(
-    ("shape", "chunked"), [((8, 48), False), ((37, 100), False), ((37, 100), True)]
+    ("shape", "chunked"),
+    [((8, 48), False), ((37, 100), False), ((37, 100), True), ((36, 100), True)],
 )
 def test_rms_norm_backward_replay_runs_the_kernels_with_their_arguments(shape, chunked):
     x = torch.randn(*shape, device=DEV)
@@ -260,7 +261,10 @@ def test_rms_norm_backward_replay_runs_the_kernels_with_their_arguments(shape, c
     assert plan.chunked is chunked
     steps = [_relaunch(*step) for step in plan.launches]
     replay = rn._replay_bwd(plan, steps, x.stride(0), x.stride(0))
-    for dy_shape in (shape, (shape[0], 1, shape[1])):  # dy as the caller holds it
+    dy_shapes = [shape, (shape[0], 1, shape[1])]  # dy as the caller holds it
+    if shape[0] % 2 == 0:
+        dy_shapes.append((2, shape[0] // 2, shape[1]))
+    for dy_shape in dy_shapes:
         dy = torch.randn(dy_shape, device=DEV)
         got = replay(dy, x, w, rstd)
         assert got is not None and got[0].shape == dy.shape

@@ -612,8 +612,6 @@ def _replay_bwd(plan, launched, dy_stride: int, x_stride: int):
     ones launched (:func:`_bwd_key`).  The key fixes the row strides of ``dy`` and ``x``,
     so ``dy`` may be passed as the caller holds it (any shape) when its rows are
     ``dy_stride`` apart; ``dx`` comes back shaped like ``dy``, contiguous."""
-    if not plan.chunked:
-        return _replay_rows_bwd(plan, *launched, dy_stride, x_stride)
     strides = (dy_stride, x_stride, plan.shape[1])
 
     def run(dy, x, w, rstd) -> tuple | None:
@@ -625,32 +623,6 @@ def _replay_bwd(plan, launched, dy_stride: int, x_stride: int):
             if not go(*a):
                 return None  # another device is current, or a hook listens
         return bufs[0], bufs[1]
-
-    return run
-
-
-def _replay_rows_bwd(plan, go_rows, go_sum, dy_stride: int, x_stride: int):
-    """The whole-row backward's replay, as lean as the host allows: at 16384 x 1024 the
-    kernels take less GPU time than the host work around them
-    (benchmarks/notes/host_time.md).  empty_like costs about half of
-    torch.empty(shape, dtype=, device=); dy and weight (unit stride:
-    RMSNormFunction's contract) are the models."""
-    n_rows, n_cols = plan.shape
-    n_parts = plan.partial_shape[0]
-    partial_shape, f32 = plan.partial_shape, torch.float32
-    empty, empty_like, contiguous = torch.empty, torch.empty_like, torch.contiguous_format
-    ints = (n_rows, n_cols, dy_stride, x_stride, n_cols)  # sizes; dy, x, dx row strides
-    sum_ints = (n_parts, n_cols, n_cols)
-
-    def run(dy, x, w, rstd) -> tuple | None:
-        dx = empty_like(dy, memory_format=contiguous)
-        dw = empty_like(w, memory_format=contiguous)
-        partial = empty(partial_shape, dtype=f32, device=x.device)
-        if (dx.data_ptr() | dw.data_ptr() | partial.data_ptr()) & 15:
-            return None  # not the specialisation compiled for: the ordinary path
-        if not (go_rows(dy, x, w, rstd, dx, partial, *ints) and go_sum(partial, dw, dw, *sum_ints)):
-            return None  # another device is current, or a hook listens
-        return dx, dw
 
     return run
 
@@ -727,7 +699,7 @@ def _bwd_args(plan: _BwdPlan, dy, x, w, rstd, dx, dw, partial, dots, strides=Non
     strides = strides or (dy.stride(0), x.stride(0), dx.stride(0))
     if plan.chunked:
         args = [
-            (dy, x, w, dots, n_cols, dy.stride(0), x.stride(0)),
+            (dy, x, w, dots, n_cols, *strides[:2]),
             (dy, x, w, rstd, dots, dx, partial, n_rows, n_cols, plan.n_chunks, *strides),
         ]
     else:
