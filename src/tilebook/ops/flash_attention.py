@@ -569,13 +569,18 @@ def document_ranges(document_ids: torch.Tensor, block: int) -> torch.Tensor:
 
 def _descriptor(t: torch.Tensor, block_rows: int) -> TensorDescriptor:
     """A descriptor of the 4-D ``t`` (batch, heads, rows, D) giving ``block_rows x D`` tiles."""
-    shape = list(t.shape)
-    strides = list(t.stride())
+    return TensorDescriptor(t, *_layout(t.shape, t.stride(), block_rows))
+
+
+def _layout(shape, strides, rows: int) -> tuple[list, list, list]:
+    """A descriptor's shape, strides and block for a 4-D tensor of this shape and
+    strides read in tiles of ``rows`` rows."""
+    shape, strides = list(shape), list(strides)
     # A dimension of size 1 is never stepped along: give it a stride TMA accepts.
     for i in (2, 1, 0):
         if shape[i] == 1:
             strides[i] = strides[i + 1] * shape[i + 1]
-    return TensorDescriptor(t, shape, strides, [1, 1, block_rows, shape[3]])
+    return shape, strides, [1, 1, rows, shape[3]]
 
 
 def _tma_ready(t: torch.Tensor) -> bool:
@@ -829,15 +834,6 @@ def _call_key(q, k, v, causal: bool) -> tuple:
     aligned = not (q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15
     return (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype,
             v.dtype, q.device, k.device, v.device, aligned, causal)  # fmt: skip
-
-
-def _layout(shape, strides, rows: int) -> tuple[list, list, list]:
-    """What :func:`_descriptor` gives a tensor of this shape and strides."""
-    shape, strides = list(shape), list(strides)
-    for i in (2, 1, 0):
-        if shape[i] == 1:
-            strides[i] = strides[i + 1] * shape[i + 1]
-    return shape, strides, [1, 1, rows, shape[3]]
 
 
 def _call_replay(launched, q, k, v, mask: _Mask, config: KernelConfig):
