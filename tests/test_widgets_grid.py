@@ -140,3 +140,38 @@ def test_ownership_figure_marks_each_program():
     assert [t.get_text() for t in fig.axes[0].texts] == ["0", "2", "1", "none"]
     with pytest.raises(ValueError, match="1-D or 2-D"):
         ownership_figure(torch.zeros(2, 2, 2))
+
+
+@pytest.mark.browser
+def test_programs_started_marks_exactly_the_first_tiles():
+    """Moving "programs started" to k leaves tiles 0..k-1 started and the rest waiting
+    (it once redrew before taking the new value: every tile waited)."""
+    from conftest import CHROMIUM, CHROMIUM_ARGS, require_browser
+
+    require_browser()
+    from playwright.sync_api import sync_playwright
+
+    w = GridExplorer([40, 64], [16], initial={"m": 40, "n": 64})  # 3 x 4 tiles, 12 programs
+    page_html = f"<!doctype html><html lang='en'><body><main>{w._repr_html_()}</main></body></html>"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        problems = []
+        page.on("pageerror", lambda e: problems.append(str(e)))
+        page.set_content(page_html)
+        root = page.locator('[data-tilebook-widget="grid-explorer"]')
+        step = root.get_by_role("slider", name="programs started")
+        assert root.locator(".tbw-cell.run").count() == 12
+        step.focus()
+        for _ in range(5):
+            page.keyboard.press("ArrowLeft")
+        assert root.locator("output").last.inner_text() == "7"
+        started = root.locator(".tbw-cell.run span:first-child").all_inner_texts()
+        assert sorted(started) == sorted(f"#{i}" for i in range(7))  # in launch order
+        assert root.locator(".tbw-cell.wait").count() == 5
+        assert root.get_attribute("data-value").endswith("/7")
+        # a grid knob resets the count to the new grid's size
+        root.get_by_role("radio", name="floor").check()
+        assert root.locator(".tbw-cell.wait").count() == 0
+        browser.close()
+    assert not problems

@@ -68,12 +68,50 @@ def _escape_html(text: str) -> str:
     )
 
 
+#: What every widget's script may use, defined once: the script runs after these
+#: lines, inside a function of its own (so two widgets on a page never share a name).
+#: ``body`` is the widget's emptied body; ``el`` makes an element; ``knobRows`` adds
+#: one row per knob (a slider, or radio choices) that keeps ``state[name]`` and calls
+#: ``onchange()``, and returns a setter per knob that moves it as a reader would.
+_HELPERS_JS = r"""
+var body=root.querySelector(".tbw-body");body.innerHTML="";
+function el(tag,cls,text){var e=document.createElement(tag);if(cls)e.className=cls;
+  if(text!==undefined)e.textContent=text;return e}
+function knobRows(parent,knobs,state,onchange){var setters={};
+knobs.forEach(function(k,ki){
+  var row=el("div","tbw-knob");var lab=el("span","tbw-label",k.label);lab.id=root.id+"-k"+ki;
+  row.appendChild(lab);var idx=Math.max(0,k.values.indexOf(k.initial));state[k.name]=k.values[idx];
+  if(k.kind==="slider"){
+    var inp=el("input");inp.type="range";inp.min=0;inp.max=k.values.length-1;inp.step=1;
+    inp.value=idx;inp.setAttribute("aria-labelledby",lab.id);inp.dataset.knob=k.name;
+    var out=el("output","",String(k.values[idx]));
+    inp.addEventListener("input",function(){state[k.name]=k.values[+inp.value];
+      out.textContent=String(state[k.name]);onchange()});
+    row.appendChild(inp);row.appendChild(out);
+    setters[k.name]=function(v){inp.value=k.values.indexOf(v);inp.dispatchEvent(new Event("input"))};
+  }else{
+    var group=el("div","tbw-choices");group.setAttribute("role","radiogroup");
+    group.setAttribute("aria-labelledby",lab.id);group.dataset.knob=k.name;var radios=[];
+    k.values.forEach(function(v,vi){var l=el("label","tbw-choice");var r=el("input");
+      r.type="radio";r.name=root.id+"-"+ki;r.value=String(vi);r.checked=vi===idx;
+      r.addEventListener("change",function(){if(r.checked){state[k.name]=v;onchange()}});
+      l.appendChild(r);l.appendChild(document.createTextNode(" "+String(v)));
+      group.appendChild(l);radios.push(r)});
+    row.appendChild(group);
+    setters[k.name]=function(v){var i=k.values.indexOf(v);radios[i].checked=true;
+      radios[i].dispatchEvent(new Event("change"))};
+  }
+  parent.appendChild(row)});
+return setters}
+"""
+
+
 class Widget:
     """Base class: subclasses provide ``title``, :meth:`data` and :attr:`script`."""
 
     kind = "widget"
     title = ""
-    script = ""  # JavaScript body; receives `root` (the div) and `data` (parsed JSON)
+    script = ""  # JavaScript body; has `root` (the div), `data` (parsed JSON), _HELPERS_JS
 
     def __new__(cls, *args: Any, **kwargs: Any):
         obj = super().__new__(cls)
@@ -95,7 +133,7 @@ class Widget:
             "<script>(function(){"
             f'var root=document.getElementById("{uid}");'
             'var data=JSON.parse(root.querySelector("script.tbw-data").textContent);'
-            f"{self.script}"
+            f"{_HELPERS_JS}{self.script}"
             "})();</script></div>"
         )
 
@@ -104,37 +142,10 @@ class Widget:
 
 
 _SWEEP_JS = r"""
-var body=root.querySelector(".tbw-body");body.innerHTML="";
-var knobs=data.knobs,state={},setters={},higher=data.better!=="lower";
+var knobs=data.knobs,state={},higher=data.better!=="lower";
 function fmt(v){var a=Math.abs(v);if(a>=1000)return Math.round(v).toString();
   if(a>=100)return v.toFixed(0);if(a>=10)return v.toFixed(1);return v.toPrecision(3)}
-function el(tag,cls,text){var e=document.createElement(tag);if(cls)e.className=cls;
-  if(text!==undefined)e.textContent=text;return e}
-knobs.forEach(function(k,ki){
-  var row=el("div","tbw-knob");var lab=el("span","tbw-label",k.label);lab.id=root.id+"-k"+ki;
-  row.appendChild(lab);var idx=Math.max(0,k.values.indexOf(k.initial));state[k.name]=k.values[idx];
-  if(k.kind==="slider"){
-    var inp=el("input");inp.type="range";inp.min=0;inp.max=k.values.length-1;inp.step=1;
-    inp.value=idx;inp.setAttribute("aria-labelledby",lab.id);inp.dataset.knob=k.name;
-    var out=el("output","",String(k.values[idx]));
-    inp.addEventListener("input",function(){state[k.name]=k.values[+inp.value];
-      out.textContent=String(state[k.name]);update()});
-    row.appendChild(inp);row.appendChild(out);
-    setters[k.name]=function(v){inp.value=k.values.indexOf(v);inp.dispatchEvent(new Event("input"))};
-  }else{
-    var group=el("div","tbw-choices");group.setAttribute("role","radiogroup");
-    group.setAttribute("aria-labelledby",lab.id);group.dataset.knob=k.name;var radios=[];
-    k.values.forEach(function(v,vi){var l=el("label","tbw-choice");var r=el("input");
-      r.type="radio";r.name=root.id+"-"+ki;r.value=String(vi);r.checked=vi===idx;
-      r.addEventListener("change",function(){if(r.checked){state[k.name]=v;update()}});
-      l.appendChild(r);l.appendChild(document.createTextNode(" "+String(v)));
-      group.appendChild(l);radios.push(r)});
-    row.appendChild(group);
-    setters[k.name]=function(v){var i=k.values.indexOf(v);radios[i].checked=true;
-      radios[i].dispatchEvent(new Event("change"))};
-  }
-  body.appendChild(row);
-});
+var setters=knobRows(body,knobs,state,function(){update()});
 var readout=el("div","tbw-readout");readout.setAttribute("aria-live","polite");
 var sub=el("div","tbw-sub");var bar=el("div","tbw-bar");var fill=el("div");bar.appendChild(fill);
 var verdict=el("div","tbw-verdict");var note=el("div","tbw-note");

@@ -208,9 +208,6 @@ _CSS = """
 """
 
 _JS = r"""
-var body=root.querySelector(".tbw-body");body.innerHTML="";
-function el(tag,cls,text){var e=document.createElement(tag);if(cls)e.className=cls;
-  if(text!==undefined)e.textContent=text;return e}
 var st={mask:data.masks[0],setting:data.settings[0],tile:0,step:0},ctl={};
 function radios(name,label,values,i){var row=el("div","tbw-knob");
   var lab=el("span","tbw-label",label);lab.id=root.id+"-k"+i;row.appendChild(lab);

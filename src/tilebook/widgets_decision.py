@@ -137,11 +137,8 @@ _CSS = """
 """
 
 DecisionTree.script = r"""
-var body=root.querySelector(".tbw-body");body.innerHTML="";
 var st=document.createElement("style");st.textContent=data.css;root.appendChild(st);
 root.classList.add("tbw-decision");
-function el(tag,cls,text){var e=document.createElement(tag);if(cls)e.className=cls;
-  if(text!==undefined)e.textContent=text;return e}
 var chosen={},boxes={},radios={},qi=0;
 Object.keys(data.questions).forEach(function(key){
   var q=data.questions[key];var box=el("div","tbw-q");box.hidden=true;

@@ -32,21 +32,9 @@ margin:8px 0;font-size:13px}
 """
 
 _DOT_JS = r"""
-var body=root.querySelector(".tbw-body");body.innerHTML="";
 var st=document.createElement("style");st.textContent=data.css;root.appendChild(st);
-function el(tag,cls,text){var e=document.createElement(tag);if(cls)e.className=cls;
-  if(text!==undefined)e.textContent=text;return e}
 var state={};
-data.knobs.forEach(function(k,ki){
-  var row=el("div","tbw-knob");var lab=el("span","tbw-label",k.label);lab.id=root.id+"-k"+ki;
-  row.appendChild(lab);var group=el("div","tbw-choices");group.setAttribute("role","radiogroup");
-  group.setAttribute("aria-labelledby",lab.id);group.dataset.knob=k.name;state[k.name]=k.initial;
-  k.values.forEach(function(v,vi){var l=el("label","tbw-choice");var r=el("input");
-    r.type="radio";r.name=root.id+"-"+ki;r.value=String(vi);r.checked=v===k.initial;
-    r.addEventListener("change",function(){if(r.checked){state[k.name]=v;update()}});
-    l.appendChild(r);l.appendChild(document.createTextNode(" "+v));group.appendChild(l)});
-  row.appendChild(group);body.appendChild(row);
-});
+knobRows(body,data.knobs,state,function(){update()});
 var readout=el("div","tbw-readout");readout.setAttribute("aria-live","polite");
 var facts=el("dl","tbw-facts");var verdict=el("div","tbw-verdict");var note=el("div","tbw-note");
 [readout,facts,verdict,note].forEach(function(e){body.appendChild(e)});

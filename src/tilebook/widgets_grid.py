@@ -69,36 +69,12 @@ background:var(--tbw-bg);color:var(--tbw-fg);overflow:hidden}
 """
 
 _COMMON_JS = r"""
-var body=root.querySelector(".tbw-body");body.innerHTML="";
 data.rows=data.table.map(function(v){var o={};data.columns.forEach(function(c,i){
   o[c]=(typeof v[i]==="string"&&v[i].charAt(0)==="@")?data.texts[+v[i].slice(1)]:v[i]});return o});
 var st=document.createElement("style");st.textContent=data.css;root.appendChild(st);
 root.classList.add("tbw-tiles");
-function el(tag,cls,text){var e=document.createElement(tag);if(cls)e.className=cls;
-  if(text!==undefined)e.textContent=text;return e}
-var state={},inputs={};
-function slider(k,ki,onchange){
-  var row=el("div","tbw-knob");var lab=el("span","tbw-label",k.label);lab.id=root.id+"-k"+ki;
-  row.appendChild(lab);var idx=Math.max(0,k.values.indexOf(k.initial));state[k.name]=k.values[idx];
-  var inp=el("input");inp.type="range";inp.min=0;inp.max=k.values.length-1;inp.step=1;inp.value=idx;
-  inp.setAttribute("aria-labelledby",lab.id);inp.dataset.knob=k.name;
-  var out=el("output","",String(k.values[idx]));
-  inp.addEventListener("input",function(){state[k.name]=k.values[+inp.value];
-    out.textContent=String(state[k.name]);onchange()});
-  row.appendChild(inp);row.appendChild(out);body.appendChild(row);inputs[k.name]=inp;
-}
-function choice(k,ki,onchange){
-  var row=el("div","tbw-knob");var lab=el("span","tbw-label",k.label);lab.id=root.id+"-k"+ki;
-  row.appendChild(lab);var group=el("div","tbw-choices");group.setAttribute("role","radiogroup");
-  group.setAttribute("aria-labelledby",lab.id);state[k.name]=k.initial;
-  k.values.forEach(function(v,vi){var l=el("label","tbw-choice");var r=el("input");
-    r.type="radio";r.name=root.id+"-"+ki;r.value=String(vi);r.checked=v===k.initial;
-    r.addEventListener("change",function(){if(r.checked){state[k.name]=v;onchange()}});
-    l.appendChild(r);l.appendChild(document.createTextNode(" "+String(v)));group.appendChild(l)});
-  row.appendChild(group);body.appendChild(row);
-}
-function knobs(onchange){data.knobs.forEach(function(k,ki){
-  (k.kind==="slider"?slider:choice)(k,ki,onchange)})}
+var state={};
+function knobs(onchange){knobRows(body,data.knobs,state,onchange)}
 function find(names){return data.rows.find(function(r){return names.every(function(n){
   return String(r[n])===String(state[n])})})}
 function fmt(v){return Number(v).toLocaleString("en-US")}
@@ -151,10 +127,15 @@ update();
 _GRID_JS = (
     _COMMON_JS
     + r"""
-var stepKnob={name:"step",label:"programs started",kind:"slider",values:[0],initial:0};
 knobs(function(){resetStep();update()});
-slider(stepKnob,data.knobs.length,update);
-var stepInput=inputs.step,stepOut=stepInput.parentNode.querySelector("output");
+// "programs started" runs from 0 to the grid's size, so it is built here, not from a
+// list of values; resetStep() sets its range whenever the grid changes.
+var stepRow=el("div","tbw-knob"),stepLab=el("span","tbw-label","programs started");
+stepLab.id=root.id+"-k"+data.knobs.length;stepRow.appendChild(stepLab);
+var stepInput=el("input");stepInput.type="range";stepInput.min=0;stepInput.step=1;
+stepInput.setAttribute("aria-labelledby",stepLab.id);stepInput.dataset.knob="step";
+var stepOut=el("output");stepRow.appendChild(stepInput);stepRow.appendChild(stepOut);
+body.appendChild(stepRow);
 var readout=el("div","tbw-readout");readout.setAttribute("aria-live","polite");
 var facts=el("div","tbw-facts");var wrap=el("div","tbw-grid-wrap");var map=el("div","tbw-map");
 map.setAttribute("role","img");wrap.appendChild(map);
@@ -167,7 +148,7 @@ function row(){return find(["m","n","block_m","block_n","grid"])}
 function resetStep(){var r=row();stepInput.max=r.programs;stepInput.value=r.programs;
   state.step=r.programs;stepOut.textContent=String(r.programs)}
 stepInput.addEventListener("input",function(){state.step=+stepInput.value;
-  stepOut.textContent=String(state.step)});
+  stepOut.textContent=String(state.step);update()});
 function update(){
   var r=row();root.classList.remove("tbw-slow","tbw-wrong");
   var k=Math.min(state.step,r.programs);

@@ -35,35 +35,11 @@ vertical-align:-2px;border:1px solid var(--tbw-border)}
 """
 
 _JS = r"""
-var body=root.querySelector(".tbw-body");body.innerHTML="";
 var knobs=data.knobs,state={};
-function el(tag,cls,text){var e=document.createElement(tag);if(cls)e.className=cls;
-  if(text!==undefined)e.textContent=text;return e}
 var NS="http://www.w3.org/2000/svg";
 function sv(tag,attrs){var e=document.createElementNS(NS,tag);
   for(var k in attrs)e.setAttribute(k,attrs[k]);return e}
-knobs.forEach(function(k,ki){
-  var row=el("div","tbw-knob");var lab=el("span","tbw-label",k.label);lab.id=root.id+"-k"+ki;
-  row.appendChild(lab);var idx=Math.max(0,k.values.indexOf(k.initial));state[k.name]=k.values[idx];
-  if(k.kind==="slider"){
-    var inp=el("input");inp.type="range";inp.min=0;inp.max=k.values.length-1;inp.step=1;
-    inp.value=idx;inp.setAttribute("aria-labelledby",lab.id);inp.dataset.knob=k.name;
-    var out=el("output","",String(k.values[idx]));
-    inp.addEventListener("input",function(){state[k.name]=k.values[+inp.value];
-      out.textContent=String(state[k.name]);update()});
-    row.appendChild(inp);row.appendChild(out);
-  }else{
-    var group=el("div","tbw-choices");group.setAttribute("role","radiogroup");
-    group.setAttribute("aria-labelledby",lab.id);group.dataset.knob=k.name;
-    k.values.forEach(function(v,vi){var l=el("label","tbw-choice");var r=el("input");
-      r.type="radio";r.name=root.id+"-"+ki;r.value=String(vi);r.checked=vi===idx;
-      r.addEventListener("change",function(){if(r.checked){state[k.name]=v;update()}});
-      l.appendChild(r);l.appendChild(document.createTextNode(" "+String(v)));
-      group.appendChild(l)});
-    row.appendChild(group);
-  }
-  body.appendChild(row);
-});
+knobRows(body,knobs,state,function(){update()});
 var readout=el("div","tbw-readout");readout.setAttribute("aria-live","polite");
 var sub=el("div","tbw-sub");var bar=el("div","tbw-bar");var fill=el("div");bar.appendChild(fill);
 var verdict=el("div","tbw-verdict");var note=el("div","tbw-note");

@@ -223,14 +223,11 @@ border:1px solid var(--tbw-border);background:var(--tbw-bg);color:var(--tbw-fg)}
 """
 
 OnlineSoftmaxStepper.script = r"""
-var body=root.querySelector(".tbw-body");body.innerHTML="";
 var st=document.createElement("style");st.textContent=data.css;root.appendChild(st);
 root.classList.add("tbw-online");
-function el(tag,cls,text){var e=document.createElement(tag);if(cls)e.className=cls;
-  if(text!==undefined)e.textContent=text;return e}
 var NS="http://www.w3.org/2000/svg";
-function sv(tag,a){var e=document.createElementNS(NS,tag);for(var k in a)e.setAttribute(k,a[k]);
-  return e}
+function sv(tag,attrs){var e=document.createElementNS(NS,tag);
+  for(var k in attrs)e.setAttribute(k,attrs[k]);return e}
 function num(v,d){if(v===null||v===undefined)return "\u2013";return Number(v).toFixed(d===undefined?4:d)}
 var state={row:data.initial.row,block:data.initial.block,rescale:data.initial.rescale,
   step:data.initial.step};

@@ -276,9 +276,6 @@ class StageViewer(Widget):
         }
 
     script = r"""
-var body=root.querySelector(".tbw-body");body.innerHTML="";
-function el(tag,cls,text){var e=document.createElement(tag);if(cls)e.className=cls;
-  if(text!==undefined)e.textContent=text;return e}
 var st={build:data.initial.build,line:data.initial.line,stage:data.initial.stage};
 function radios(name,label,items,cur,onpick){
   var row=el("div","tbw-knob");var lab=el("span","tbw-label",label);lab.id=root.id+"-"+name;
