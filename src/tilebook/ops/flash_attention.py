@@ -938,8 +938,8 @@ class FlashAttentionFunction(torch.autograd.Function):
         if k.shape[2] == 0 or q.numel() == 0:
             return (torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), *rest)
         call = ctx.call  # the forward replayed a remembered call: its backward may too
-        kind = call is not None and plain_grad(do, q.dtype)
-        if kind and call.backward is not None:
+        replayable = call is not None and plain_grad(do, q.dtype)
+        if replayable and call.backward is not None:
             got = call.backward(do, q, k, v, o, lse, ctx.sm_scale)
             if got is not None:
                 return (*got, *rest)
@@ -947,7 +947,7 @@ class FlashAttentionFunction(torch.autograd.Function):
             do, q, k, v, o, lse, sm_scale=ctx.sm_scale, mask=ctx.mask,
             document_ids=document_ids, configs=ctx.configs,
         )  # fmt: skip
-        if kind and call.backward is None and None not in launches:
+        if replayable and call.backward is None and None not in launches:
             call.backward = _backward_replay(launches, q, k, v, ctx.mask, ctx.configs)
         return dq, dk, dv, *rest
 

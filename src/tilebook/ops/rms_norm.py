@@ -46,7 +46,6 @@ import triton
 import triton.language as tl
 
 from .._launch import (
-    PLAIN_TENSORS,
     Launched,
     Memo,
     direct_launch_enabled,
@@ -756,8 +755,8 @@ class RMSNormFunction(torch.autograd.Function):
     def backward(ctx, dy: torch.Tensor):
         x, weight, rstd = ctx.saved_tensors
         replays, got = ctx.replays, None
-        kind = replays is not None and plain_grad(dy, x.dtype)
-        if kind:
+        replayable = replays is not None and plain_grad(dy, x.dtype)
+        if replayable:
             kept = getattr(replays, "backward", None)
             if kept is not None and kept[:2] == (BWD_CHUNKED_THRESHOLD, CHUNK_BWD):
                 got = kept[2](dy, x, weight, rstd)  # dx comes back shaped like dy
@@ -766,7 +765,7 @@ class RMSNormFunction(torch.autograd.Function):
             x2, dy2 = _as_rows(x, n_cols), _as_rows(dy, n_cols)
             dx, dw = _backward(dy2, x2, weight, rstd)
             got = dx.view(dy.shape), dw
-            replay = _BWD_FAST.get(_bwd_key(dy2, x2, weight, rstd)) if kind else None
+            replay = _BWD_FAST.get(_bwd_key(dy2, x2, weight, rstd)) if replayable else None
             if replay is not None:
                 replays.backward = (BWD_CHUNKED_THRESHOLD, CHUNK_BWD, replay)
         dx, dw = got
@@ -808,8 +807,8 @@ def _remembering_forward(x, x2, weight, eps, memo) -> tuple[torch.Tensor, torch.
     if (
         memo is not None
         and launched is not None
-        and type(x) in PLAIN_TENSORS
-        and type(weight) in PLAIN_TENSORS
+        and plain(x)
+        and plain(weight)
         and x.is_contiguous()
         and weight.is_contiguous()  # a strided weight was copied: never remembered
     ):

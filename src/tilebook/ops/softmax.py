@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._launch import PLAIN_TENSORS, Memo, launch, plain, sm_count
+from .._launch import Memo, launch, plain, sm_count
 from ..validation import check_tensor
 from . import library
 
@@ -477,7 +477,7 @@ class SoftmaxFunction(torch.autograd.Function):
     def backward(ctx, dy: torch.Tensor):
         (y,) = ctx.saved_tensors  # contiguous: the forward allocated it
         key = None
-        if type(dy) in PLAIN_TENSORS and dy.is_contiguous():  # dy has y's shape
+        if plain(dy) and dy.is_contiguous():  # dy has y's shape
             key = _bwd_key(y, dy)
             replay = _BWD_FAST.get(key)
             if replay is not None:
@@ -560,7 +560,7 @@ def _remembering_forward(x: torch.Tensor, key_dim: int, n_rows: int, n_cols: int
         return y
     x2, y2 = x.view(n_rows, n_cols), y.view(n_rows, n_cols)
     launched = _forward(x2, y2, pick_config(n_cols))
-    if launched is not None and type(x) in PLAIN_TENSORS and type(key_dim) is int:
+    if launched is not None and plain(x) and type(key_dim) is int:
         ints = (n_rows, n_cols, x2.stride(0), y2.stride(0))
         y_aligned = y.data_ptr() % 16 == 0
 
