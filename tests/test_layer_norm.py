@@ -93,15 +93,35 @@ def test_matches_float64(device, dtype, n_cols):
     _check(*_inputs((n_rows, n_cols), dtype, device), dtype)
 
 
-@pytest.mark.parametrize("shape", [(37, 100), (2, 5, 128)])
+@pytest.mark.parametrize(
+    ("shape", "even"), [((32, 64), True), ((2, 8, 256), True), ((33, 64), False)]
+)
+def test_forward_without_masks_when_programs_are_full(device, monkeypatch, shape, even):
+    # Rows of a power of two, and a row count that the rows per program divide:
+    # the forward drops its masks (EVEN).  One row more and it keeps them.
+    n_cols = shape[-1]
+    monkeypatch.setattr(op, "_FAST", {})
+    assert op._fwd_plan(torch.empty(shape).view(-1, n_cols), None, None)[2]["EVEN"] is even
+    _check(*_inputs(shape, torch.float32, device), torch.float32)
+    x, w, b = _inputs(shape, torch.float32, device)
+    want = _reference(x, w, b, torch.zeros_like(x))[0]
+    with torch.no_grad():
+        torch.testing.assert_close(layer_norm(x, w, b).double(), want, **TOL[torch.float32])
+
+
+@pytest.mark.parametrize("shape", [(37, 100), (2, 5, 128), (32, 128)])
 def test_forward_that_reads_x_twice(device, monkeypatch, shape):
     # The second read (RELOAD, tuned for 16384 columns) made to happen at a small
-    # width, ragged (100 of 128 columns) and not; several rows per program.
+    # width, ragged (100 of 128 columns) and not; several rows per program; the last
+    # shape fills every program (EVEN: no masks).
     n_cols = shape[-1]
     block_n = op._fwd_config(n_cols)[0]
     monkeypatch.setattr(op, "_FWD_RELOAD", frozenset({block_n}))
     monkeypatch.setattr(op, "_FAST", {})
     assert op._fwd_plan(torch.empty(1, n_cols), None, None)[2]["RELOAD"]
+    assert op._fwd_plan(torch.empty(shape).view(-1, n_cols), None, None)[2]["EVEN"] == (
+        shape == (32, 128)
+    )
     _check(*_inputs(shape, torch.float32, device), torch.float32)
     x, w, b = _inputs(shape, torch.float32, device)
     want = _reference(x, w, b, torch.zeros_like(x))[0]
@@ -502,6 +522,18 @@ def test_compiles_for_sm90_without_spills(kernel, n_cols):
         sig = {**_PTRS_FWD, **dict.fromkeys(_INTS_FWD, "i32"), "eps": "fp32"}
         constexprs = {"BLOCK_N": block_n, "ROWS": rows, **flags, "HAS_B": True,
                       "RELOAD": block_n in op._FWD_RELOAD}  # fmt: skip
+        # The unmasked variant is what full rows run; the masked one holds more.
+        for even in (True, False):
+            k = compile_kernel(
+                "tilebook.ops.layer_norm:layer_norm_fwd_kernel",
+                sig,
+                {**constexprs, "EVEN": even},
+                arch=90,
+                num_warps=warps,
+                divisible_by_16=[n for n in sig if n not in ("n_rows", "eps")],
+            )
+            _assert_clean(k, "layer_norm_fwd_kernel")
+        return
     else:
         block_n, rows, warps, _, splits = op._bwd_config(n_cols)
         if kernel == "split":

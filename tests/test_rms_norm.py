@@ -76,6 +76,21 @@ def test_ragged_row_counts(device, n_rows):
     _check(*_inputs((n_rows, 1000), torch.float32, device), torch.float32)
 
 
+@pytest.mark.parametrize(
+    ("shape", "even"), [((32, 64), True), ((2, 8, 256), True), ((33, 64), False)]
+)
+def test_forward_without_masks_when_programs_are_full(device, shape, even):
+    # Rows of a power of two, and a row count that the rows per program divide:
+    # the forward drops its masks (EVEN).  One row more and it keeps them.
+    x2 = torch.empty(shape).view(-1, shape[-1])
+    assert op._fwd_plan(x2)[2]["EVEN"] is even
+    _check(*_inputs(shape, torch.float32, device), torch.float32)
+    x, w = _inputs(shape, torch.float32, device)
+    want = F.rms_norm(x.double(), (shape[-1],), w.double(), EPS)
+    with torch.no_grad():  # the call without autograd takes its own path
+        torch.testing.assert_close(rms_norm(x, w, EPS).double(), want, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("shape", [(2, 3, 64), (2, 1, 3, 7), (64,)])
 def test_leading_batch_dims(device, shape):
     _check(*_inputs(shape, torch.float32, device), torch.float32)
@@ -296,8 +311,8 @@ _PTRS_BWD = {
 
 
 @pytest.mark.parametrize("n_cols", [4096, 8192])
-@pytest.mark.parametrize("kernel", ["fwd", "bwd"])
-def test_compiles_for_sm90_without_spills(kernel, n_cols):
+@pytest.mark.parametrize(("kernel", "even"), [("fwd", True), ("fwd", False), ("bwd", None)])
+def test_compiles_for_sm90_without_spills(kernel, even, n_cols):
     if kernel == "fwd":
         block_n, rows, warps = _fwd_config(n_cols)
         ints = ["n_rows", "n_cols", "x_row_stride", "y_row_stride"]
@@ -312,7 +327,11 @@ def test_compiles_for_sm90_without_spills(kernel, n_cols):
         {
             "BLOCK_N": block_n,
             "ROWS": rows,
-            **({"STORE_RSTD": True, "X_EVICT": "evict_last"} if kernel == "fwd" else {}),
+            **(
+                {"STORE_RSTD": True, "X_EVICT": "evict_last", "EVEN": even}
+                if even is not None
+                else {}
+            ),
         },
         arch=90,
         num_warps=warps,

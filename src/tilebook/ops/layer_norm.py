@@ -119,6 +119,7 @@ def layer_norm_fwd_kernel(
     HAS_W: tl.constexpr,
     HAS_B: tl.constexpr,
     RELOAD: tl.constexpr,  # read x again for y (from L2) instead of keeping it in registers
+    EVEN: tl.constexpr,  # n_cols == BLOCK_N and ROWS divides n_rows: no masks at all
 ):
     pid = tl.program_id(0)
     rows = pid * ROWS + tl.arange(0, ROWS)
@@ -131,15 +132,24 @@ def layer_norm_fwd_kernel(
     x_ptrs = x_ptr + rows64 * x_row_stride + cols[None, :]
 
     # evict_last measured faster than no hint for rms_norm's same access pattern.
-    x = tl.load(x_ptrs, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    # Unmasked (EVEN), the whole-row loads and stores measured about 1% faster at
+    # 8192 and 16384 columns, where this kernel and torch.compile's are level.
+    if EVEN:
+        x = tl.load(x_ptrs, eviction_policy="evict_last").to(tl.float32)
+    else:
+        x = tl.load(x_ptrs, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
     mean = tl.sum(x, axis=1) / n_cols
     # Padding columns must not add (0 - mean)**2 to the variance.
-    xc = tl.where(mask, x - mean[:, None], 0.0)
+    xc = x - mean[:, None] if EVEN else tl.where(mask, x - mean[:, None], 0.0)
     rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
     if RELOAD:
         # evict_last above kept the row in L2: its last use may leave it now.
-        x = tl.load(x_ptrs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-        xc = tl.where(mask, x - mean[:, None], 0.0)
+        if EVEN:
+            x = tl.load(x_ptrs, eviction_policy="evict_first").to(tl.float32)
+            xc = x - mean[:, None]
+        else:
+            x = tl.load(x_ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
+            xc = tl.where(mask, x.to(tl.float32) - mean[:, None], 0.0)
     y = xc * rstd[:, None]
     if HAS_W:
         w = tl.load(w_ptr + cols, mask=col_ok, other=0.0, eviction_policy="evict_last")
@@ -147,9 +157,15 @@ def layer_norm_fwd_kernel(
     if HAS_B:
         b = tl.load(b_ptr + cols, mask=col_ok, other=0.0, eviction_policy="evict_last")
         y = y + b.to(tl.float32)[None, :]
-    tl.store(y_ptr + rows64 * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
-    tl.store(stats_ptr + rows, mean, mask=row_ok)
-    tl.store(stats_ptr + n_rows + rows, rstd, mask=row_ok)
+    y_ptrs = y_ptr + rows64 * y_row_stride + cols[None, :]
+    if EVEN:
+        tl.store(y_ptrs, y.to(y_ptr.dtype.element_ty))
+        tl.store(stats_ptr + rows, mean)
+        tl.store(stats_ptr + n_rows + rows, rstd)
+    else:
+        tl.store(y_ptrs, y.to(y_ptr.dtype.element_ty), mask=mask)
+        tl.store(stats_ptr + rows, mean, mask=row_ok)
+        tl.store(stats_ptr + n_rows + rows, rstd, mask=row_ok)
 
 
 @triton.jit
@@ -584,8 +600,9 @@ def _fwd_plan(
     warps = num_warps or warps
     _check_config(rows, warps)
     grid = (-(-n_rows // rows),)
+    even = n_cols == block_n and n_rows % rows == 0
     meta = {"BLOCK_N": block_n, "ROWS": rows, **flags, "RELOAD": block_n in _FWD_RELOAD,
-            "num_warps": warps}  # fmt: skip
+            "EVEN": even, "num_warps": warps}  # fmt: skip
     return layer_norm_fwd_kernel, grid, meta
 
 
