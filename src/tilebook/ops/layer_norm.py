@@ -600,7 +600,7 @@ def _fwd_plan(
     warps = num_warps or warps
     _check_config(rows, warps)
     grid = (-(-n_rows // rows),)
-    even = n_cols == block_n and n_rows % rows == 0
+    even = bool(n_cols == block_n and n_rows % rows == 0)  # a plain bool for symbolic sizes
     meta = {"BLOCK_N": block_n, "ROWS": rows, **flags, "RELOAD": block_n in _FWD_RELOAD,
             "EVEN": even, "num_warps": warps}  # fmt: skip
     return layer_norm_fwd_kernel, grid, meta

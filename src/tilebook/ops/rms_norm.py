@@ -547,7 +547,7 @@ def _fwd_plan(x, rows_per_program=None, num_warps=None, chunked=None, chunk=None
     warps = num_warps or warps
     _check_config(rows, warps)
     grid = (triton.cdiv(n_rows, rows),)
-    even = n_cols == block_n and n_rows % rows == 0
+    even = bool(n_cols == block_n and n_rows % rows == 0)  # a plain bool for symbolic sizes
     meta = {"BLOCK_N": block_n, "ROWS": rows, "STORE_RSTD": True, "X_EVICT": evict,
             "EVEN": even, "num_warps": warps}  # fmt: skip
     return rms_norm_fwd_kernel, grid, meta
