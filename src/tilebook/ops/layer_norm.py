@@ -103,6 +103,25 @@ CHUNK_BWD = 4096
 
 
 @triton.jit
+def _load_rows(ptrs, mask, EVEN: tl.constexpr, EVICT: tl.constexpr):
+    """A tile of rows as float32.  Unmasked when EVEN (every row and column in bounds):
+    at 8192 and 16384 columns, where this forward and torch.compile's are level, that
+    measured about 1% faster (H100, bf16, 2026-11-28)."""
+    if EVEN:
+        x = tl.load(ptrs, eviction_policy=EVICT)
+    else:
+        x = tl.load(ptrs, mask=mask, other=0.0, eviction_policy=EVICT)
+    return x.to(tl.float32)
+
+
+@triton.jit
+def _centred(x, mean, mask, EVEN: tl.constexpr):
+    # Padding columns (masked) must not add (0 - mean)**2 to the variance.
+    xc = x - mean[:, None]
+    return xc if EVEN else tl.where(mask, xc, 0.0)
+
+
+@triton.jit
 def layer_norm_fwd_kernel(
     x_ptr,  # (n_rows, n_cols), unit stride along a row
     w_ptr,  # (n_cols,) or unused (HAS_W False)
@@ -132,24 +151,13 @@ def layer_norm_fwd_kernel(
     x_ptrs = x_ptr + rows64 * x_row_stride + cols[None, :]
 
     # evict_last measured faster than no hint for rms_norm's same access pattern.
-    # Unmasked (EVEN), the whole-row loads and stores measured about 1% faster at
-    # 8192 and 16384 columns, where this kernel and torch.compile's are level.
-    if EVEN:
-        x = tl.load(x_ptrs, eviction_policy="evict_last").to(tl.float32)
-    else:
-        x = tl.load(x_ptrs, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    x = _load_rows(x_ptrs, mask, EVEN, "evict_last")
     mean = tl.sum(x, axis=1) / n_cols
-    # Padding columns must not add (0 - mean)**2 to the variance.
-    xc = x - mean[:, None] if EVEN else tl.where(mask, x - mean[:, None], 0.0)
+    xc = _centred(x, mean, mask, EVEN)
     rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
     if RELOAD:
         # evict_last above kept the row in L2: its last use may leave it now.
-        if EVEN:
-            x = tl.load(x_ptrs, eviction_policy="evict_first").to(tl.float32)
-            xc = x - mean[:, None]
-        else:
-            x = tl.load(x_ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
-            xc = tl.where(mask, x.to(tl.float32) - mean[:, None], 0.0)
+        xc = _centred(_load_rows(x_ptrs, mask, EVEN, "evict_first"), mean, mask, EVEN)
     y = xc * rstd[:, None]
     if HAS_W:
         w = tl.load(w_ptr + cols, mask=col_ok, other=0.0, eviction_policy="evict_last")
