@@ -209,16 +209,10 @@ _CSS = """
 
 _JS = r"""
 var st={mask:data.masks[0],setting:data.settings[0],tile:0,step:0},ctl={};
-function radios(name,label,values,i){var row=el("div","tbw-knob");
-  var lab=el("span","tbw-label",label);lab.id=root.id+"-k"+i;row.appendChild(lab);
-  var g=el("div","tbw-choices");g.setAttribute("role","radiogroup");
-  g.setAttribute("aria-labelledby",lab.id);
-  values.forEach(function(v,vi){var l=el("label","tbw-choice");var r=el("input");
-    r.type="radio";r.name=root.id+"-"+name;r.value=v;r.checked=vi===0;
-    r.addEventListener("change",function(){if(r.checked){st[name]=v;
-      if(name!=="setting")st.step=0;update()}});
-    l.appendChild(r);l.appendChild(document.createTextNode(" "+v));g.appendChild(l)});
-  row.appendChild(g);body.appendChild(row)}
+var seenMask=st.mask;  // a new mask starts its tile's steps over; a new setting does not
+knobRows(body,[{name:"mask",label:"mask",values:data.masks,initial:st.mask},
+  {name:"setting",label:"setting",values:data.settings,initial:st.setting}],st,
+  function(){if(st.mask!==seenMask){seenMask=st.mask;st.step=0}update()});
 function slider(name,label,i){var row=el("div","tbw-knob");
   var lab=el("span","tbw-label",label);lab.id=root.id+"-k"+i;row.appendChild(lab);
   var inp=el("input");inp.type="range";inp.min=0;inp.step=1;inp.value=0;
@@ -226,7 +220,6 @@ function slider(name,label,i){var row=el("div","tbw-knob");
   inp.addEventListener("input",function(){st[name]=+inp.value;
     if(name==="tile")st.step=0;update()});
   row.appendChild(inp);row.appendChild(out);body.appendChild(row);ctl[name]={inp:inp,out:out}}
-radios("mask","mask",data.masks,0);radios("setting","setting",data.settings,1);
 slider("tile","query tile",2);slider("step","step",3);
 var readout=el("div","tbw-readout");readout.setAttribute("aria-live","polite");
 var sub=el("div","tbw-sub"),verdict=el("div","tbw-verdict"),note=el("div","tbw-note");
