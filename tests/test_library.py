@@ -22,6 +22,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 
 import tilebook
 from tilebook.ops import library
+from tilebook.ops.partials import sum_partials_kernel
 
 PUBLIC_OPS = (
     "vector_add",
@@ -368,6 +369,7 @@ _TRACE_SCRIPT = r"""
 import json, sys
 import torch, tilebook
 from tilebook.ops import library
+from tilebook.ops.partials import sum_partials_kernel
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition
@@ -457,6 +459,31 @@ def test_traceable_operators_trace_their_kernels_without_a_gpu():
     assert json.loads(line.removeprefix("KERNELS=")) == TRACED_KERNELS
 
 
+def test_a_tensor_the_body_made_is_never_passed_twice():
+    """When PyTorch cannot tell which arguments a kernel writes, it clones each tensor
+    argument separately and the tensor takes the last clone: an output passed twice
+    would come back unwritten.  An operator's input passed twice is harmless (bodies
+    never write their inputs).  Every operator's launches keep to that (the compiled
+    tests above run them); here the check itself."""
+    x = torch.ones(8)
+    kernel = sum_partials_kernel
+
+    def body(x: torch.Tensor, made_twice: bool) -> torch.Tensor:
+        y = torch.empty_like(x)
+        with library.recording() as launches:
+            library.launch(kernel, (1,), x, y, x)  # an input twice: fine
+            if made_twice:
+                library.launch(kernel, (1,), x, y, y)
+        assert len(launches) == 1 + made_twice
+        return y
+
+    checked = library._body(body)
+    checked(x, False)
+    with pytest.raises(RuntimeError, match="sum_partials_kernel is given one tensor the op"):
+        checked(x, True)
+    body(x, True)  # a body called outside an operator (compile jobs) is not checked
+
+
 # --------------------------------------------------------------------------- GPU: Inductor
 
 
@@ -484,6 +511,37 @@ def test_inductor_matches_eager_on_gpu(case, dtype):
         for g, r in zip(grads, ref_grads, strict=True):
             _gpu_close(g, r)
         assert torch._dynamo.explain(case.fn)(*_clone(args)).graph_break_count == 0
+
+
+def _every_tensor_written(*args, **kwargs):
+    # torch's fallback when it cannot analyse a kernel: every tensor argument is
+    # taken as written (and cloned, each argument apart).
+    named = next(a for a in (*args, *kwargs.values()) if isinstance(a, dict) and a)
+    return [k for k, v in named.items() if isinstance(v, torch.Tensor)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_inductor_is_right_when_torch_cannot_read_the_kernels(case, monkeypatch):
+    """With torch 2.11 and Triton 3.8, torch's analysis of which tensors a kernel
+    writes fails and it assumes all of them; rms_norm's weight gradient then came back
+    unwritten (its kernel was given that output twice).  The same fallback, forced."""
+    from torch._higher_order_ops import triton_kernel_wrap as wrap
+
+    patched = [n for n in ("get_mutated_tensors", "identify_mutated_tensors") if hasattr(wrap, n)]
+    assert patched, "torch's triton_kernel_wrap has neither analysis function"
+    for name in patched:
+        monkeypatch.setattr(wrap, name, _every_tensor_written)
+    torch._dynamo.reset()
+    import torch._inductor.config as inductor_config
+
+    args = case.make("cuda", torch.float16)
+    with inductor_config.patch(fallback_random=True, force_disable_caches=True):
+        ref_out, ref_grads = _run(case.fn, args)
+        out, grads = _run(torch.compile(case.fn, fullgraph=True), args)
+    _gpu_close(out, ref_out)
+    for g, r in zip(grads, ref_grads, strict=True):
+        _gpu_close(g, r)
 
 
 @pytest.mark.gpu

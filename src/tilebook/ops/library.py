@@ -34,6 +34,7 @@ bodies that the GPU traces, with ``backend="aot_eager"``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -102,13 +103,17 @@ def _first_tensor(args: tuple) -> torch.Tensor | None:
     return None
 
 
+def _kernel_name(kernel) -> str:
+    fn = getattr(kernel, "fn", None)
+    return getattr(kernel, "__name__", None) or getattr(fn, "__name__", None) or "?"
+
+
 def _check_devices(kernel, args: tuple) -> None:
     """The public ops check their inputs; ``torch.ops.tilebook.*`` called directly
     skips those checks, and Triton's own message for a CPU tensor ("cannot be
     accessed from Triton (cpu tensor?)") names neither the operator nor the cure."""
     devices = {a.device for a in args if isinstance(a, torch.Tensor)}
-    name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "fn", None), "__name__", "")
-    where = f"tilebook kernel {name}" if name else "a tilebook kernel"
+    where = f"tilebook kernel {_kernel_name(kernel)}"
     if any(d.type != "cuda" for d in devices):
         found = ", ".join(sorted(str(d) for d in devices))
         raise ValueError(f"{where} runs on CUDA tensors only; its inputs are on {found}")
@@ -134,6 +139,49 @@ def recording():
         _RECORDING.launches = previous
 
 
+_BODY = threading.local()
+
+
+def _body(fn: Callable) -> Callable:
+    """``fn`` (an operator's body) noting its tensor inputs for :func:`_check_aliases`."""
+
+    @functools.wraps(fn)
+    def body(*args: Any, **kwargs: Any) -> Any:
+        previous = getattr(_BODY, "inputs", None)
+        _BODY.inputs = {id(a) for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)}
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _BODY.inputs = previous
+
+    return body
+
+
+def _check_aliases(kernel, args: tuple) -> None:
+    """Refuse a tensor the body made (an output, a scratch buffer) passed as two
+    arguments of one launch.
+
+    When PyTorch cannot read from a kernel's code which arguments it writes (a Triton
+    it does not know, an operation its analysis does not follow), it assumes every
+    tensor argument is written and clones each one separately: the kernel's stores
+    land in one clone, and the tensor takes the other's contents.  An input of the
+    operator passed twice is harmless (a body never writes its inputs), so a pointer
+    the kernel never touches (a ``HAS_BIAS=False`` bias, say) takes an input.
+    """
+    inputs = getattr(_BODY, "inputs", None)
+    if inputs is None:  # a body called directly (compile jobs), not as an operator
+        return
+    seen: set[int] = set()
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            if id(a) in seen and id(a) not in inputs:
+                raise RuntimeError(
+                    f"tilebook: {_kernel_name(kernel)} is given one tensor the operator made as two "
+                    "arguments; pass an input of the operator for an unused pointer"
+                )
+            seen.add(id(a))
+
+
 def launch(kernel, grid: tuple, *args: Any, **meta: Any) -> None:
     """Launch ``kernel`` from an operator's body: ``wrap(kernel)[grid](*args, **meta)``.
 
@@ -141,6 +189,7 @@ def launch(kernel, grid: tuple, *args: Any, **meta: Any) -> None:
     constexprs and ``num_warps``/``num_stages`` by name).  Run for real (the
     operator called outside a trace), it launches on the GPU of the first tensor.
     """
+    _check_aliases(kernel, args)
     launches = getattr(_RECORDING, "launches", None)
     if launches is not None:
         launches.append((kernel, grid, args, meta))
@@ -185,6 +234,7 @@ def define(name: str, body: Callable, *, kernels: Iterable = ()):
     launch.  Returns the ``CustomOpDef`` (``register_autograd`` it next).
     """
     qualname = _qualname(name)
+    body = _body(body)
     if TRACEABLE:
         op = torch.library.triton_op(qualname, body, mutates_args=())
         _register_kernels(qualname, kernels)

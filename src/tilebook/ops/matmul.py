@@ -488,7 +488,7 @@ def _tma_args(M, N, K, a_t, b_t, a_strides, b_strides, c_strides, blocks):
             desc(a, a_shape, a_str, a_blk),
             desc(b, b_shape, b_str, b_blk),
             desc(c, c_shape, c_str, c_blk),
-            c if bias is None else bias,
+            a if bias is None else bias,
             M,
             N,
             K,
@@ -502,7 +502,7 @@ def _ptr_args(M, N, K, a_strides, b_strides):
     rest = (M, N, K, *a_strides, *b_strides, N, 1)
 
     def args(a, b, c, bias):
-        return (a, b, c, c if bias is None else bias, *rest)
+        return (a, b, c, a if bias is None else bias, *rest)
 
     return args
 
@@ -652,7 +652,7 @@ def _launch_ptr(a, b, c, bias, activation):
         kw, grid = picked
         args = _ptr_args(M, N, K, a.stride(), b.stride())
         return _Runner(_first_launch(matmul_kernel, grid[0], args(a, b, c, bias), kw), args)
-    args = (a, b, c, c if bias is None else bias, M, N, K, *a.stride(), *b.stride(), *c.stride())
+    args = (a, b, c, a if bias is None else bias, M, N, K, *a.stride(), *b.stride(), *c.stride())
     grid = lambda meta: (_cdiv(M, meta["BLOCK_M"]) * _cdiv(N, meta["BLOCK_N"]),)
     _ptr_kernel[grid](*args, HAS_BIAS=has_bias, ACTIVATION=activation, INT64=int64)
     kw = _ptr_kernel.best_config.all_kwargs()
@@ -936,7 +936,7 @@ def _op_pointer(
     if M == 0 or N == 0:
         return c
     flags = {"HAS_BIAS": bias is not None, "ACTIVATION": activation, "INT64": _needs_int64(a, b, c)}
-    bias = c if bias is None else bias.contiguous()
+    bias = a if bias is None else bias.contiguous()
     args = (a, b, c, bias, M, N, K, *a.stride(), *b.stride(), *c.stride())
     grid = lambda meta: (_cdiv(M, meta["BLOCK_M"]) * _cdiv(N, meta["BLOCK_N"]),)
     library.launch(_ptr_kernel, grid, *args, **flags)

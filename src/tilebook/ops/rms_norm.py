@@ -518,7 +518,7 @@ def _forward(x, weight, eps, *plan, run=None, keep_rstd=True):
         rstd, meta = None, {**meta, "STORE_RSTD": False}
     launched = run(
         kernel, grid,
-        x, weight, y, y if rstd is None else rstd, n_rows, n_cols, x.stride(0), y.stride(0), eps,
+        x, weight, y, x if rstd is None else rstd, n_rows, n_cols, x.stride(0), y.stride(0), eps,
         **meta,
     )  # fmt: skip
     return y, rstd, launched
@@ -716,7 +716,8 @@ def _bwd_args(plan: _BwdPlan, dy, x, w, rstd, dx, dw, partial, dots, strides=Non
         ]
     else:
         args = [(dy, x, w, rstd, dx, partial, n_rows, n_cols, *strides)]
-    args.append((partial, dw, dw, partial.shape[0], n_cols, n_cols))
+    # b_ptr is never touched (NEED_B=False): x, an input (see library._check_aliases).
+    args.append((partial, dw, x, partial.shape[0], n_cols, n_cols))
     return args
 
 
