@@ -533,10 +533,15 @@ def test_inductor_is_right_when_torch_cannot_read_the_kernels(case, monkeypatch)
     for name in patched:
         monkeypatch.setattr(wrap, name, _every_tensor_written)
     torch._dynamo.reset()
+    import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
 
     args = case.make("cuda", torch.float16)
-    with inductor_config.patch(fallback_random=True, force_disable_caches=True):
+    # No cached graph: the operators' bodies must be traced again, under the patch.
+    with (
+        inductor_config.patch(fallback_random=True, fx_graph_cache=False),
+        functorch_config.patch(enable_autograd_cache=False),
+    ):
         ref_out, ref_grads = _run(case.fn, args)
         out, grads = _run(torch.compile(case.fn, fullgraph=True), args)
     _gpu_close(out, ref_out)
