@@ -229,8 +229,10 @@ def define(name: str, body: Callable, *, kernels: Iterable = ()):
     """Register ``body`` as the traceable operator ``tilebook::<name>``.
 
     ``body`` takes and returns what the schema inferred from its annotations says,
-    returns new tensors (never an input or a view of one), and launches kernels only
-    through :func:`launch`.  ``kernels`` lists every ``@triton.jit`` function it may
+    returns new tensors (never an input or a view of one), launches kernels only
+    through :func:`launch`, and never gives one launch a tensor it made twice
+    (:func:`launch` refuses that: when PyTorch cannot read which arguments a kernel
+    writes, such a tensor comes back unwritten).  ``kernels`` lists every ``@triton.jit`` function it may
     launch.  Returns the ``CustomOpDef`` (``register_autograd`` it next).
     """
     qualname = _qualname(name)
