@@ -188,6 +188,7 @@ def launch(kernel, grid: tuple, *args: Any, **meta: Any) -> None:
     Same arguments as :func:`tilebook._launch.launch` (runtime arguments in order,
     constexprs and ``num_warps``/``num_stages`` by name).  Run for real (the
     operator called outside a trace), it launches on the GPU of the first tensor.
+    Raises ``RuntimeError`` when a tensor the operator made is given twice.
     """
     _check_aliases(kernel, args)
     launches = getattr(_RECORDING, "launches", None)
