@@ -369,7 +369,6 @@ _TRACE_SCRIPT = r"""
 import json, sys
 import torch, tilebook
 from tilebook.ops import library
-from tilebook.ops.partials import sum_partials_kernel
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition

@@ -63,6 +63,7 @@ from .._launch import (
 from ..validation import check_tensor
 from . import library
 from .partials import SUM_BLOCK_C, SUM_BLOCK_P, sum_partials_grid, sum_partials_kernel
+from .rows import load_rows, store_rows
 
 __all__ = [
     "BWD_CHUNKED_THRESHOLD",
@@ -103,18 +104,6 @@ CHUNK_BWD = 4096
 
 
 @triton.jit
-def _load_rows(ptrs, mask, EVEN: tl.constexpr, EVICT: tl.constexpr):
-    """A tile of rows as float32.  Unmasked when EVEN (every row and column in bounds):
-    at 8192 and 16384 columns, where this forward and torch.compile's are level, that
-    measured about 1% faster (H100, bf16, 2026-11-28)."""
-    if EVEN:
-        x = tl.load(ptrs, eviction_policy=EVICT)
-    else:
-        x = tl.load(ptrs, mask=mask, other=0.0, eviction_policy=EVICT)
-    return x.to(tl.float32)
-
-
-@triton.jit
 def _centred(x, mean, mask, EVEN: tl.constexpr):
     # Padding columns (masked) must not add (0 - mean)**2 to the variance.
     xc = x - mean[:, None]
@@ -151,13 +140,13 @@ def layer_norm_fwd_kernel(
     x_ptrs = x_ptr + rows64 * x_row_stride + cols[None, :]
 
     # evict_last measured faster than no hint for rms_norm's same access pattern.
-    x = _load_rows(x_ptrs, mask, EVEN, "evict_last")
+    x = load_rows(x_ptrs, mask, EVEN, "evict_last")
     mean = tl.sum(x, axis=1) / n_cols
     xc = _centred(x, mean, mask, EVEN)
     rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
     if RELOAD:
         # evict_last above kept the row in L2: its last use may leave it now.
-        xc = _centred(_load_rows(x_ptrs, mask, EVEN, "evict_first"), mean, mask, EVEN)
+        xc = _centred(load_rows(x_ptrs, mask, EVEN, "evict_first"), mean, mask, EVEN)
     y = xc * rstd[:, None]
     if HAS_W:
         w = tl.load(w_ptr + cols, mask=col_ok, other=0.0, eviction_policy="evict_last")
@@ -166,14 +155,9 @@ def layer_norm_fwd_kernel(
         b = tl.load(b_ptr + cols, mask=col_ok, other=0.0, eviction_policy="evict_last")
         y = y + b.to(tl.float32)[None, :]
     y_ptrs = y_ptr + rows64 * y_row_stride + cols[None, :]
-    if EVEN:
-        tl.store(y_ptrs, y.to(y_ptr.dtype.element_ty))
-        tl.store(stats_ptr + rows, mean)
-        tl.store(stats_ptr + n_rows + rows, rstd)
-    else:
-        tl.store(y_ptrs, y.to(y_ptr.dtype.element_ty), mask=mask)
-        tl.store(stats_ptr + rows, mean, mask=row_ok)
-        tl.store(stats_ptr + n_rows + rows, rstd, mask=row_ok)
+    store_rows(y_ptrs, y.to(y_ptr.dtype.element_ty), mask, EVEN)
+    store_rows(stats_ptr + rows, mean, row_ok, EVEN)
+    store_rows(stats_ptr + n_rows + rows, rstd, row_ok, EVEN)
 
 
 @triton.jit
