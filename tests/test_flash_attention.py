@@ -11,6 +11,7 @@ import torch
 
 import tilebook
 from tilebook import _launch
+from tilebook.ops import attention_hopper
 from tilebook.ops import flash_attention as fa
 
 DEV = tilebook.device()
@@ -365,7 +366,10 @@ def test_repeat_calls_agree_with_fresh_ones():
         assert rel_err(out, want) < TOL[dtype]
         check_against_reference(q, k, v, window=(20, 5))
         sizes.append(len(fa._LAUNCHES))
-    if tilebook.is_gpu():
+    if tilebook.is_gpu() and attention_hopper.usable(q, k, documents=False):
+        # dK/dV and dQ, twice; the forwards are Gluon's (launch's own cache keeps them)
+        assert sizes == [2, 2, 4]
+    elif tilebook.is_gpu():
         # two forwards, dK/dV and dQ; the same again for the strided q
         assert sizes == [4, 4, 8]
     else:

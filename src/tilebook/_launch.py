@@ -56,6 +56,10 @@ try:  # host-side tensor descriptors arrived in Triton 3.4
     from triton.tools.tensor_descriptor import TensorDescriptor as _Descriptor
 except ImportError:  # pragma: no cover - depends on the installed Triton
     _Descriptor = None
+try:  # Gluon's descriptors (tilebook.ops.attention_hopper) carry a shared-memory layout
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as _GluonDescriptor
+except ImportError:  # pragma: no cover - depends on the installed Triton
+    _GluonDescriptor = None
 
 _GPU = runtime.is_gpu()
 _current_device = torch.cuda.current_device
@@ -217,6 +221,10 @@ def _arg_key(value: Any):
         base = value.base
         return (kind, base.dtype, base.get_device(), base.data_ptr() & 15, tuple(value.shape),
                 tuple(value.strides), tuple(value.block_shape), getattr(value, "padding", None))  # fmt: skip
+    if kind is _GluonDescriptor and type(value.base) in PLAIN_TENSORS:
+        base = value.base
+        return (kind, base.dtype, base.get_device(), base.data_ptr() & 15, tuple(value.shape),
+                tuple(value.strides), tuple(value.block_shape), value.padding, value.layout)  # fmt: skip
     return _UNKEYED
 
 

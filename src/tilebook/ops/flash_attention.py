@@ -53,7 +53,7 @@ from .._launch import (
     plain_grad,
 )
 from ..validation import check_same_dtype_device, check_tensor
-from . import library
+from . import attention_hopper, library
 
 try:  # host-side tensor descriptors arrived in Triton 3.4
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -651,25 +651,51 @@ def attention_forward(
     mask: _Mask,
     document_ids: torch.Tensor | None,
     config: KernelConfig,
+    gluon: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch the forward kernel on checked, descriptor-ready inputs.
 
     Returns ``O`` (B, H, Nq, D) in q's dtype and the base-2 log-sum-exp of the scaled
     scores (B, H, Nq) in float32 (``+inf`` for rows that see no key).
+
+    ``gluon``: None takes the Gluon forward of :mod:`tilebook.ops.attention_hopper`
+    where it applies (an sm_90 GPU, no documents, D of 64 or 128) and the Triton
+    kernel with ``config`` elsewhere; False always the Triton kernel (``config``'s
+    tiles are then what runs); True the Gluon forward, or :class:`ValueError` where
+    it does not apply.
     """
-    o, lse, _ = _attention_forward(q, k, v, sm_scale, mask, document_ids, config)
+    if gluon and not attention_hopper.usable(q, k, document_ids is not None):
+        raise ValueError(
+            "the Gluon forward needs an sm_90 GPU, float16 or bfloat16, a head dimension "
+            f"in {attention_hopper.HEAD_DIMS}, no document_ids and a Triton with Gluon"
+        )
+    o, lse, _ = _attention_forward(q, k, v, sm_scale, mask, document_ids, config, gluon)
     return o, lse
 
 
-def _attention_forward(q, k, v, sm_scale, mask, document_ids, config):
-    """:func:`attention_forward`'s work: ``(o, lse, what starts the launch again)``."""
+def _attention_forward(q, k, v, sm_scale, mask, document_ids, config, gluon=None):
+    """:func:`attention_forward`'s work: ``(o, lse, what starts the launch again)``; that
+    last is a ``(kind, Launched)`` pair, ``kind`` "gluon" or "triton", or None."""
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     o = torch.empty((B, H, Nq, D), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
+    doc = document_ids
+    if gluon is not False and attention_hopper.usable(q, k, doc is not None):
+        with device_guard(q):
+            ensure_cuda_context(q.device)
+            layouts = tuple(_layout(t.shape, t.stride(), 1)[:2] for t in (q, k, v, o))
+            try:
+                launched = attention_hopper.forward(
+                    launch, q, k, v, o, lse, layouts, sm_scale, mask.left, mask.right,
+                    mask.band,
+                )  # fmt: skip
+                return o, lse, ("gluon", launched) if launched is not None else None
+            except RuntimeError:
+                if gluon:
+                    raise
     bm, bn = config.block_m, config.block_n
     num_m = triton.cdiv(Nq, bm)
-    doc = document_ids
     rng = document_ranges(doc, bm) if doc is not None else lse
     with device_guard(q):
         if q.is_cuda:
@@ -681,7 +707,7 @@ def _attention_forward(q, k, v, sm_scale, mask, document_ids, config):
             sm_scale * _LOG2E, H, H // Hkv, Nq, Nk, mask.left, mask.right, num_m,
             HEAD_DIM=D, BLOCK_M=bm, BLOCK_N=bn, BAND=mask.band, DOC=doc is not None,
         )  # fmt: skip
-    return o, lse, launched
+    return o, lse, ("triton", launched) if launched is not None else None
 
 
 _PREPROCESS_BLOCK = 64
@@ -837,15 +863,34 @@ def _call_key(q, k, v, causal: bool) -> tuple:
 
 
 def _call_replay(launched, q, k, v, mask: _Mask, config: KernelConfig):
-    """``replay(q, k, v, sm_scale) -> (o, lse) or None`` for tensors keyed like these."""
+    """``replay(q, k, v, sm_scale) -> (o, lse) or None`` for tensors keyed like these;
+    ``launched`` is :func:`_attention_forward`'s ``(kind, Launched)``."""
+    kind, launched = launched
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
-    bm, bn = config.block_m, config.block_n
     o_shape, lse_shape = (B, H, Nq, D), (B, H, Nq)
-    lq, lk, lv = (_layout(t.shape, t.stride(), r) for t, r in ((q, bm), (k, bn), (v, bn)))
-    lo = _layout(o_shape, (H * Nq * D, Nq * D, D, 1), bm)
-    ints = (H, H // Hkv, Nq, Nk, mask.left, mask.right, triton.cdiv(Nq, bm))
-    desc, empty, f32 = TensorDescriptor, torch.empty, torch.float32
+    o_strides = (H * Nq * D, Nq * D, D, 1)
+    empty, f32 = torch.empty, torch.float32
+    if kind == "gluon":
+        hop = attention_hopper
+        lq, lk, lv, lo = (_layout(s, t, 1)[:2] for s, t in
+                          ((q.shape, q.stride()), (k.shape, k.stride()), (v.shape, v.stride()),
+                           (o_shape, o_strides)))  # fmt: skip
+        bm, bn = hop.BLOCK_M, hop.BLOCK_N
+        ints = (H, H // Hkv, Nq, Nk, mask.left, mask.right, triton.cdiv(Nq, 2 * bm))
+
+        def descriptors(q, k, v, o):
+            return (hop.descriptor(q, *lq, bm), hop.descriptor(k, *lk, bn),
+                    hop.descriptor(v, *lv, bn), hop.descriptor(o, *lo, bm))  # fmt: skip
+    else:
+        bm, bn = config.block_m, config.block_n
+        lq, lk, lv = (_layout(t.shape, t.stride(), r) for t, r in ((q, bm), (k, bn), (v, bn)))
+        lo = _layout(o_shape, o_strides, bm)
+        ints = (H, H // Hkv, Nq, Nk, mask.left, mask.right, triton.cdiv(Nq, bm))
+        desc = TensorDescriptor
+
+        def descriptors(q, k, v, o):
+            return desc(q, *lq), desc(k, *lk), desc(v, *lv), desc(o, *lo)
 
     def replay(q, k, v, sm_scale: float):
         dev = q.device
@@ -855,8 +900,10 @@ def _call_replay(launched, q, k, v, mask: _Mask, config: KernelConfig):
             return None  # another specialisation: the ordinary path
         if dev.type == "cuda":
             ensure_cuda_context(dev)
-        args = (desc(q, *lq), desc(k, *lk), desc(v, *lv), desc(o, *lo), lse, lse, lse,
-                sm_scale * _LOG2E, *ints)  # fmt: skip
+        if kind == "gluon":
+            args = (*descriptors(q, k, v, o), lse, sm_scale * _LOG2E, *ints)
+        else:
+            args = (*descriptors(q, k, v, o), lse, lse, lse, sm_scale * _LOG2E, *ints)
         return (o, lse) if launched(*args) else None
 
     return replay
