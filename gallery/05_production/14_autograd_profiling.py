@@ -672,9 +672,9 @@ claims
 # - **torch.compile** for chains of elementwise and row ops: it writes Triton
 #   itself, and is not behind the rms_norm kernel.  Try it first; keep a kernel
 #   where a measurement says so (the softmax).
-# - **CUDA C++** where Triton cannot express the schedule: warp-specialised
-#   pipelines, cluster launches, hand-placed instructions.  cuBLAS shows what
-#   that buys, at the cost of far more code.
+# - **Gluon or CUDA C++** where Triton cannot express the schedule: warp-specialised
+#   pipelines (lesson 12's Hopper forward is Gluon), cluster launches, hand-placed
+#   instructions.  cuBLAS shows what that buys, at the cost of far more code.
 # - **Nothing** for a single elementwise op: PyTorch already runs at the copy
 #   ceiling, and on a tiny tensor (the launch is all the cost) Triton is no faster.
 #

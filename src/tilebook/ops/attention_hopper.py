@@ -21,9 +21,9 @@ lower-level language (``triton.experimental.gluon``), states the schedule itself
 - ``setmaxnreg`` moves registers from the producer (24 a thread) to the consumers
   (240), which hold ``S``, ``P`` and ``O`` at once.
 
-The masks are the Triton forward's, in its terms (:class:`~tilebook.ops.flash_attention`'s
-band, bottom-right aligned): a program of 128 query rows visits the key tiles some row
-sees; tiles every row sees skip the mask arithmetic.  Document masks, head dimensions
+The masks are the Triton forward's band (:mod:`tilebook.ops.flash_attention`: causal
+and windows, bottom-right aligned): a program of 128 query rows visits only the key
+tiles some row of it sees, and tiles every row sees skip the mask arithmetic.  Document masks, head dimensions
 other than 64 and 128, and every GPU but sm_90 take the Triton forward
 (:func:`usable`).  Gluon is experimental: if it is missing or this Triton's Gluon
 cannot compile the kernel, :func:`forward` says so once and the Triton forward runs.
@@ -46,7 +46,7 @@ import torch
 
 from .. import runtime
 
-try:  # Gluon arrived with Triton 3.5 and is experimental; the names used are 3.6's
+try:  # Gluon is experimental: checked with Triton 3.6 (GPU), 3.8 and 3.9 (compiled ahead)
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import (
@@ -90,6 +90,10 @@ CONSUMER_REGISTERS = 240
 _LOG2E = 1.4426950408889634
 
 if gluon is not None:
+    # Triton 3.8 renamed the TMA copies (async_load, async_store) and 3.9 removed the
+    # old names, which 3.6 has alone.
+    _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+    _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
     _CONSUMER_REGS = gl.constexpr(CONSUMER_REGISTERS)
     _PRODUCER_REGS = gl.constexpr(24)
 
@@ -102,7 +106,7 @@ if gluon is not None:
         NS: gl.constexpr = k_smem.shape[0]
         for w in gl.static_range(2):
             mbarrier.expect(q_bars.index(w), q_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(q_desc, [b, h, m0 + w * BM, 0], q_bars.index(w),
+            _tma_load(q_desc, [b, h, m0 + w * BM, 0], q_bars.index(w),
                                             q_smem.index(w))  # fmt: skip
         for j in range(n_tiles):
             s = j % NS
@@ -112,11 +116,11 @@ if gluon is not None:
             row = start + j * BN
             mbarrier.wait(k_empty.index(s), ph)
             mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(k_desc, [b, hk, row, 0], k_ready.index(s),
+            _tma_load(k_desc, [b, hk, row, 0], k_ready.index(s),
                                             k_smem.index(s))  # fmt: skip
             mbarrier.wait(v_empty.index(s), ph)
             mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(v_desc, [b, hk, row, 0], v_ready.index(s),
+            _tma_load(v_desc, [b, hk, row, 0], v_ready.index(s),
                                             v_smem.index(s))  # fmt: skip
 
     @gluon.jit
@@ -215,7 +219,7 @@ if gluon is not None:
         out = o_smem.index(WG)
         out.reshape([BM, D]).store(acc.to(dtype))
         fence_async_shared()
-        tma.async_copy_shared_to_global(o_desc, [b, h, m0 + WG * BM, 0], out)
+        _tma_store(o_desc, [b, h, m0 + WG * BM, 0], out)
         lse = gl.where(empty, float("inf"), m_i + gl.log2(l_safe))
         gl.store(lse_ptr + bh.to(gl.int64) * Nq + rows, lse, mask=rows < Nq)
         tma.store_wait(0)

@@ -25,6 +25,12 @@ ids into per-tile ranges once per call (:func:`document_ranges`).
 A query that sees no key gets an output of 0, a log-sum-exp of ``+inf`` and so
 zero gradients.
 
+On an sm_90 GPU (H100, H200) the forward without documents is not :func:`_fwd_kernel`
+but the Gluon kernel of :mod:`tilebook.ops.attention_hopper`, which overlaps each
+tile's softmax with the previous tile's ``P @ V`` product (FlashAttention-3's
+schedule); :func:`attention_forward`'s ``gluon`` argument chooses.  Its log-sum-exp
+is the same, so the backward is shared.
+
 Tiles move through tensor descriptors (TMA on Hopper): the copy engine fills rows
 past the end of a sequence with zeros, so no load needs a mask, and any strides
 whose rows are 16-byte aligned are read in place.  Configurations are tuned ahead
