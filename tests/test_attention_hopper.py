@@ -73,6 +73,40 @@ def test_forward_launches_the_kernel_compile_ahead_compiles():
     assert args[4] is lse and args[6:] == (4, 2, 300, 433, 5, 0, 3)
 
 
+@needs_gluon
+def test_a_failing_gluon_forward_falls_back_to_the_triton_one(monkeypatch):
+    # Wherever this runs: the Gluon path is taken and its launch fails, as an
+    # incompatible Triton's Gluon would.  The op must warn once, answer with the
+    # Triton forward, and not try Gluon again; asked for Gluon alone, it must raise.
+    dtype = torch.bfloat16 if tilebook.is_gpu() else torch.float16
+    q, k, v = make_qkv(1, 2, 1, 40, 40, 64, dtype=dtype)
+    monkeypatch.setattr(ah, "_BROKEN", False)
+    monkeypatch.setattr(ah, "usable", lambda q, k, documents: not ah._BROKEN)
+    calls = []
+
+    def failing_launch(*args, **meta):
+        calls.append(1)
+        raise RuntimeError("PassManager::run failed")
+
+    real_forward = ah.forward
+    monkeypatch.setattr(
+        ah, "forward", lambda launch, *a, **k: real_forward(failing_launch, *a, **k)
+    )
+    mask = fa._mask_for(True, None, 40, 40)
+    cfg = fa.pick_configs(64, q.dtype, True, q.device)["fwd"]
+    kw = {"sm_scale": 0.125, "mask": mask, "document_ids": None, "config": cfg}
+    with pytest.warns(RuntimeWarning, match="Gluon flash-attention forward failed"):
+        o, _ = fa.attention_forward(q, k, v, **kw)
+    want = reference(q, k, v, causal=True, sm_scale=0.125)
+    assert rel_err(o, want) < (2e-2 if dtype == torch.bfloat16 else 3e-3)
+    assert ah._BROKEN and not ah.available()
+    fa.attention_forward(q, k, v, **kw)  # no second try, no second warning
+    assert len(calls) == 1
+    monkeypatch.setattr(ah, "_BROKEN", False)
+    with pytest.warns(RuntimeWarning), pytest.raises(RuntimeError, match="Gluon"):
+        fa.attention_forward(q, k, v, gluon=True, **kw)
+
+
 def test_usable_only_where_it_applies():
     q, k, _ = make_qkv(1, 2, 1, 64, 64, 64, dtype=torch.bfloat16)
     assert not ah.usable(q, k, documents=True)

@@ -689,7 +689,8 @@ def _attention_forward(q, k, v, sm_scale, mask, document_ids, config, gluon=None
     doc = document_ids
     if gluon is not False and attention_hopper.usable(q, k, doc is not None):
         with device_guard(q):
-            ensure_cuda_context(q.device)
+            if q.is_cuda:
+                ensure_cuda_context(q.device)
             layouts = tuple(_layout(t.shape, t.stride(), 1)[:2] for t in (q, k, v, o))
             try:
                 launched = attention_hopper.forward(
