@@ -26,10 +26,19 @@ import pytest
 import tilebook.ops
 from tilebook.aot import compile_many
 from tilebook.aot.shipping import python_function
+from tilebook.ops import attention_hopper
 from tilebook.ops.targets import TARGET_ARCHS, all_jobs
 
 #: Kernels the package launches only on Hopper (TMA and wgmma).
 HOPPER_ONLY = {"tilebook.ops.matmul:matmul_tma_kernel"}
+#: Gluon kernels (sm_90 only): outside the Triton jobs here; ``tests/test_attention_hopper.py``
+#: compiles each ahead of time for sm_90 (``attention_hopper.compile_ahead``).
+GLUON = {"tilebook.ops.attention_hopper:_fwd_kernel"}
+
+
+def _is_gluon(value) -> bool:
+    return type(value).__name__ == "GluonJITFunction"
+
 
 #: (arch, job label) -> why its spills are tolerated for now (see the module docstring).
 KNOWN_SPILLS = {
@@ -44,14 +53,17 @@ KNOWN_SPILLS = {
 }
 
 
-def _kernel_functions() -> set[str]:
-    """``"module:name"`` of every Triton kernel (``*_kernel``) the op modules define."""
+def _kernel_functions(gluon: bool = False) -> set[str]:
+    """``"module:name"`` of every Triton kernel (``*_kernel``) the op modules define;
+    with ``gluon``, of every Gluon kernel instead."""
     found = set()
     for info in pkgutil.iter_modules(tilebook.ops.__path__):
         module = importlib.import_module(f"{tilebook.ops.__name__}.{info.name}")
         for name, value in vars(module).items():
             if name.endswith("_kernel") and hasattr(value, "__getitem__"):
-                fn = python_function(value)
+                if _is_gluon(value) != gluon:
+                    continue
+                fn = value.fn if gluon else python_function(value)
                 if fn.__module__ == module.__name__:
                     found.add(f"{fn.__module__}:{fn.__name__}")
     return found
@@ -84,6 +96,8 @@ def test_every_kernel_function_is_found():
     assert len(kernels) >= 20
     assert kernels >= HOPPER_ONLY
     assert "tilebook.ops.flash_attention:_bwd_dq_kernel" in kernels
+    # A Gluon kernel not listed in GLUON would be compiled by no test.
+    assert _kernel_functions(gluon=True) == (GLUON if attention_hopper.available() else set())
 
 
 @pytest.mark.parametrize("arch", TARGET_ARCHS)
