@@ -76,12 +76,14 @@ __all__ = [
     "usable",
 ]
 
-#: Query rows per consumer warpgroup (a program holds two such tiles), key rows per tile.
+#: Query rows per consumer warpgroup (a program holds two such tiles).
 BLOCK_M = 64
+#: Key (and value) rows per tile.
 BLOCK_N = 128
 #: Key/value tiles in flight.  At D=128: 2 x 16 KB of queries, 2 x 2 x 32 KB of keys and
 #: values, 2 x 16 KB of output staging: 192 KB of the H100's 227 KB.
 STAGES = 2
+#: Head dimensions the Gluon forward takes (others run the Triton forward).
 HEAD_DIMS = (64, 128)
 _DTYPES = (torch.float16, torch.bfloat16)
 _MAXNREG = 168  # 12 warps' worth of the 64K registers; setmaxnreg moves them
@@ -340,6 +342,8 @@ def descriptor(t: torch.Tensor, shape, strides, rows: int):
 
 
 def grid(q: torch.Tensor) -> tuple[int]:
+    """The launch grid for queries ``q`` (B, H, Nq, D): a program per 128 query rows of
+    each (batch, head)."""
     B, H, Nq, _ = q.shape
     return (B * H * -(-Nq // (2 * BLOCK_M)),)
 
@@ -399,6 +403,7 @@ class Compiled:
 
     @property
     def ptx(self) -> str:
+        """The PTX Triton generated."""
         return self.stages["ptx"]
 
     @property
