@@ -60,6 +60,7 @@ try:  # Gluon's descriptors (tilebook.ops.attention_hopper) carry a shared-memor
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as _GluonDescriptor
 except ImportError:  # pragma: no cover - depends on the installed Triton
     _GluonDescriptor = None
+_DESCRIPTORS = frozenset(d for d in (_Descriptor, _GluonDescriptor) if d is not None)
 
 _GPU = runtime.is_gpu()
 _current_device = torch.cuda.current_device
@@ -216,15 +217,13 @@ def _arg_key(value: Any):
         return (value.dtype, value.get_device(), value.data_ptr() & 15)
     if kind is int or kind is bool or kind is float or value is None:
         return (kind, value) if kind is not float else kind
-    if kind is _Descriptor and type(value.base) in PLAIN_TENSORS:
-        # Triton asks for the dtype and the block shape; the rest pins the layout.
+    if kind in _DESCRIPTORS and type(value.base) in PLAIN_TENSORS:
+        # Triton asks for the dtype and the block shape (and a Gluon descriptor's
+        # shared-memory layout); the rest pins the layout in memory.
         base = value.base
         return (kind, base.dtype, base.get_device(), base.data_ptr() & 15, tuple(value.shape),
-                tuple(value.strides), tuple(value.block_shape), getattr(value, "padding", None))  # fmt: skip
-    if kind is _GluonDescriptor and type(value.base) in PLAIN_TENSORS:
-        base = value.base
-        return (kind, base.dtype, base.get_device(), base.data_ptr() & 15, tuple(value.shape),
-                tuple(value.strides), tuple(value.block_shape), value.padding, value.layout)  # fmt: skip
+                tuple(value.strides), tuple(value.block_shape), getattr(value, "padding", None),
+                getattr(value, "layout", None))  # fmt: skip
     return _UNKEYED
 
 

@@ -68,6 +68,7 @@ __all__ = [
     "HEAD_DIMS",
     "STAGES",
     "Compiled",
+    "arguments",
     "available",
     "compile_ahead",
     "descriptor",
@@ -151,10 +152,12 @@ if gluon is not None:
         return p, m_new, gl.exp2(m_i - m_use)
 
     @gluon.jit
-    def _consumer(o_desc, q_smem, k_smem, v_smem, o_smem, q_bars, k_ready, v_ready, k_empty,
-                  v_empty, lse_ptr, qk_scale, b, h, bh, m0, start, n_tiles, full_lo, full_hi,
-                  Nq, Nk, shift, left, right, WG: gl.constexpr, BAND: gl.constexpr):  # fmt: skip
-        """One warpgroup: 64 query rows through every key tile, then O and the log-sum-exp."""
+    def _consumer(shared, WG: gl.constexpr, BAND: gl.constexpr):
+        """Warpgroup ``WG``: 64 query rows through every key tile, then O and the
+        log-sum-exp.  ``shared`` holds what both consumers take."""
+        (o_desc, q_smem, k_smem, v_smem, o_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+         lse_ptr, qk_scale, b, h, bh, m0, start, n_tiles, full_lo, full_hi, Nq, Nk, shift,
+         left, right) = shared  # fmt: skip
         BM: gl.constexpr = q_smem.shape[3]
         D: gl.constexpr = q_smem.shape[4]
         BN: gl.constexpr = k_smem.shape[3]
@@ -227,22 +230,6 @@ if gluon is not None:
         tma.store_wait(0)
 
     @gluon.jit
-    def _consumer_0(o_desc, q_smem, k_smem, v_smem, o_smem, q_bars, k_ready, v_ready, k_empty,
-                    v_empty, lse_ptr, qk_scale, b, h, bh, m0, start, n_tiles, full_lo, full_hi,
-                    Nq, Nk, shift, left, right, BAND: gl.constexpr):  # fmt: skip
-        _consumer(o_desc, q_smem, k_smem, v_smem, o_smem, q_bars, k_ready, v_ready, k_empty,
-                  v_empty, lse_ptr, qk_scale, b, h, bh, m0, start, n_tiles, full_lo, full_hi,
-                  Nq, Nk, shift, left, right, 0, BAND)  # fmt: skip
-
-    @gluon.jit
-    def _consumer_1(o_desc, q_smem, k_smem, v_smem, o_smem, q_bars, k_ready, v_ready, k_empty,
-                    v_empty, lse_ptr, qk_scale, b, h, bh, m0, start, n_tiles, full_lo, full_hi,
-                    Nq, Nk, shift, left, right, BAND: gl.constexpr):  # fmt: skip
-        _consumer(o_desc, q_smem, k_smem, v_smem, o_smem, q_bars, k_ready, v_ready, k_empty,
-                  v_empty, lse_ptr, qk_scale, b, h, bh, m0, start, n_tiles, full_lo, full_hi,
-                  Nq, Nk, shift, left, right, 1, BAND)  # fmt: skip
-
-    @gluon.jit
     def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, H, G, Nq, Nk, left,
                     right, num_m, BAND: gl.constexpr, NS: gl.constexpr):  # fmt: skip
         """One program per (pair of query tiles, batch, head)."""
@@ -287,21 +274,20 @@ if gluon is not None:
             mbarrier.init(v_ready.index(i), count=1)
             mbarrier.init(k_empty.index(i), count=2)  # both consumers release a buffer
             mbarrier.init(v_empty.index(i), count=2)
-        consumer = (o_desc, q_smem, k_smem, v_smem, o_smem, q_bars, k_ready, v_ready, k_empty,
-                    v_empty, lse_ptr, qk_scale, b, h, bh, m0, start, n_tiles, full_lo, full_hi,
-                    Nq, Nk, shift, left, right, BAND)  # fmt: skip
+        shared = (o_desc, q_smem, k_smem, v_smem, o_smem, q_bars, k_ready, v_ready, k_empty,
+                  v_empty, lse_ptr, qk_scale, b, h, bh, m0, start, n_tiles, full_lo, full_hi,
+                  Nq, Nk, shift, left, right)  # fmt: skip
         producer = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready,
                     k_empty, v_empty, b, h, hk, m0, start, n_tiles)  # fmt: skip
         gl.warp_specialize(
-            [(_consumer_0, consumer), (_consumer_1, consumer), (_producer, producer)],
+            [
+                (_consumer, (shared, 0, BAND)),
+                (_consumer, (shared, 1, BAND)),
+                (_producer, producer),
+            ],
             [4, 1],
             [_CONSUMER_REGS, _PRODUCER_REGS],
         )
-
-
-@functools.cache
-def _capability_is_sm90(index: int) -> bool:
-    return torch.cuda.get_device_capability(index) == (9, 0)
 
 
 def available() -> bool:
@@ -319,7 +305,7 @@ def usable(q: torch.Tensor, k: torch.Tensor, documents: bool) -> bool:
         and not documents
         and q.dtype in _DTYPES
         and q.shape[3] in HEAD_DIMS
-        and _capability_is_sm90(q.device.index if q.device.index is not None else 0)
+        and runtime.capability(q.device) == (9, 0)  # TILEBOOK_ARCH may lower it
     )
 
 
@@ -348,6 +334,19 @@ def grid(q: torch.Tensor) -> tuple[int]:
     return (B * H * -(-Nq // (2 * BLOCK_M)),)
 
 
+def arguments(q, k, v, o, lse, layouts, sm_scale: float, left: int, right: int) -> tuple:
+    """The kernel's runtime arguments, in order; ``layouts`` as for :func:`forward`.
+    A repeat launch (``tilebook._launch.Launched``) takes them as they are."""
+    H, Nq = q.shape[1], q.shape[2]
+    Hkv, Nk = k.shape[1], k.shape[2]
+    (sq, tq), (sk, tk), (sv, tv), (so, to) = layouts
+    return (
+        descriptor(q, sq, tq, BLOCK_M), descriptor(k, sk, tk, BLOCK_N),
+        descriptor(v, sv, tv, BLOCK_N), descriptor(o, so, to, BLOCK_M),
+        lse, sm_scale * _LOG2E, H, H // Hkv, Nq, Nk, left, right, -(-Nq // (2 * BLOCK_M)),
+    )  # fmt: skip
+
+
 def forward(launch, q, k, v, o, lse, layouts, sm_scale: float, left: int, right: int, band: bool):
     """Launch the Gluon forward through ``launch`` (:func:`tilebook._launch.launch`);
     returns what it returned, or raises :class:`RuntimeError` once Gluon failed here
@@ -356,14 +355,7 @@ def forward(launch, q, k, v, o, lse, layouts, sm_scale: float, left: int, right:
     ``layouts`` gives each of q, k, v and o as ``(shape, strides)`` of a 4-D view.
     """
     global _BROKEN
-    H, Nq = q.shape[1], q.shape[2]
-    Hkv, Nk = k.shape[1], k.shape[2]
-    (sq, tq), (sk, tk), (sv, tv), (so, to) = layouts
-    args = (
-        descriptor(q, sq, tq, BLOCK_M), descriptor(k, sk, tk, BLOCK_N),
-        descriptor(v, sv, tv, BLOCK_N), descriptor(o, so, to, BLOCK_M),
-        lse, sm_scale * _LOG2E, H, H // Hkv, Nq, Nk, left, right, -(-Nq // (2 * BLOCK_M)),
-    )  # fmt: skip
+    args = arguments(q, k, v, o, lse, layouts, sm_scale, left, right)
     try:
         return launch(_fwd_kernel, grid(q), *args, BAND=band, NS=STAGES, num_warps=4,
                       maxnreg=_MAXNREG)  # fmt: skip
@@ -409,15 +401,19 @@ class Compiled:
     @property
     def registers(self) -> int:
         """Registers a thread at launch, from the ptxas report."""
-        found = re.findall(r"Used (\d+) registers", self.ptxas_log)
-        if not found:
+        from ..aot.compiler import _REGISTERS
+
+        found = _REGISTERS.search(self.ptxas_log)
+        if found is None:
             raise ValueError(f"no register count in the ptxas report:\n{self.ptxas_log}")
-        return int(found[-1])
+        return int(found.group(1))
 
     @property
     def spill_stores_bytes(self) -> int:
         """Bytes of register spills (stores), from the ptxas report."""
-        return sum(int(n) for n in re.findall(r"(\d+) bytes spill stores", self.ptxas_log))
+        from ..aot.compiler import _SPILLS
+
+        return sum(int(stores) for stores, _loads in _SPILLS.findall(self.ptxas_log))
 
     @property
     def overlapped_waits(self) -> int:

@@ -589,6 +589,12 @@ def _layout(shape, strides, rows: int) -> tuple[list, list, list]:
     return shape, strides, [1, 1, rows, shape[3]]
 
 
+def _views(shapes_strides) -> tuple:
+    """``(shape, strides)`` of each 4-D tensor as a descriptor takes them (see
+    :func:`_layout`): what the Gluon forward's ``layouts`` are."""
+    return tuple(_layout(shape, strides, 1)[:2] for shape, strides in shapes_strides)
+
+
 def _tma_ready(t: torch.Tensor) -> bool:
     """Whether a tensor descriptor can read ``t`` in place: unit stride along D, the
     other strides (of dimensions longer than 1) positive multiples of 16 bytes, and a
@@ -691,7 +697,7 @@ def _attention_forward(q, k, v, sm_scale, mask, document_ids, config, gluon=None
         with device_guard(q):
             if q.is_cuda:
                 ensure_cuda_context(q.device)
-            layouts = tuple(_layout(t.shape, t.stride(), 1)[:2] for t in (q, k, v, o))
+            layouts = _views((t.shape, t.stride()) for t in (q, k, v, o))
             try:
                 launched = attention_hopper.forward(
                     launch, q, k, v, o, lse, layouts, sm_scale, mask.left, mask.right,
@@ -879,16 +885,12 @@ def _call_replay(launched, q, k, v, mask: _Mask, config: KernelConfig):
     o_strides = (H * Nq * D, Nq * D, D, 1)
     empty, f32 = torch.empty, torch.float32
     if kind == "gluon":
-        hop = attention_hopper
-        lq, lk, lv, lo = (_layout(s, t, 1)[:2] for s, t in
-                          ((q.shape, q.stride()), (k.shape, k.stride()), (v.shape, v.stride()),
-                           (o_shape, o_strides)))  # fmt: skip
-        bm, bn = hop.BLOCK_M, hop.BLOCK_N
-        ints = (H, H // Hkv, Nq, Nk, mask.left, mask.right, triton.cdiv(Nq, 2 * bm))
+        views = _views(((q.shape, q.stride()), (k.shape, k.stride()), (v.shape, v.stride()),
+                        (o_shape, o_strides)))  # fmt: skip
+        left, right = mask.left, mask.right
 
-        def descriptors(q, k, v, o):
-            return (hop.descriptor(q, *lq, bm), hop.descriptor(k, *lk, bn),
-                    hop.descriptor(v, *lv, bn), hop.descriptor(o, *lo, bm))  # fmt: skip
+        def arguments(q, k, v, o, lse, sm_scale):
+            return attention_hopper.arguments(q, k, v, o, lse, views, sm_scale, left, right)
     else:
         bm, bn = config.block_m, config.block_n
         lq, lk, lv = (_layout(t.shape, t.stride(), r) for t, r in ((q, bm), (k, bn), (v, bn)))
@@ -896,8 +898,9 @@ def _call_replay(launched, q, k, v, mask: _Mask, config: KernelConfig):
         ints = (H, H // Hkv, Nq, Nk, mask.left, mask.right, triton.cdiv(Nq, bm))
         desc = TensorDescriptor
 
-        def descriptors(q, k, v, o):
-            return desc(q, *lq), desc(k, *lk), desc(v, *lv), desc(o, *lo)
+        def arguments(q, k, v, o, lse, sm_scale):
+            return (desc(q, *lq), desc(k, *lk), desc(v, *lv), desc(o, *lo), lse, lse, lse,
+                    sm_scale * _LOG2E, *ints)  # fmt: skip
 
     def replay(q, k, v, sm_scale: float):
         dev = q.device
@@ -907,11 +910,7 @@ def _call_replay(launched, q, k, v, mask: _Mask, config: KernelConfig):
             return None  # another specialisation: the ordinary path
         if dev.type == "cuda":
             ensure_cuda_context(dev)
-        if kind == "gluon":
-            args = (*descriptors(q, k, v, o), lse, sm_scale * _LOG2E, *ints)
-        else:
-            args = (*descriptors(q, k, v, o), lse, lse, lse, sm_scale * _LOG2E, *ints)
-        return (o, lse) if launched(*args) else None
+        return (o, lse) if launched(*arguments(q, k, v, o, lse, sm_scale)) else None
 
     return replay
 
