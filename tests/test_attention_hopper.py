@@ -74,6 +74,33 @@ def test_forward_launches_the_kernel_compile_ahead_compiles():
 
 
 @needs_gluon
+def test_the_call_memo_replays_the_gluon_launch_with_the_same_arguments():
+    # fa._call_replay starts the remembered Gluon launch again: with arguments laid
+    # out exactly as the first launch's (descriptors, scale, sizes, mask bounds).
+    q, k, v = make_qkv(2, 4, 2, 300, 433, 128, dtype=torch.bfloat16)
+    q = q.transpose(1, 2).contiguous().transpose(1, 2)  # strided, read in place
+    o, lse = torch.empty_like(q.contiguous()), torch.empty(2, 4, 300)
+    mask = fa._mask_for(True, (50, None), 300, 433)
+    first, again = [], []
+    layouts = fa._views((t.shape, t.stride()) for t in (q, k, v, o))
+    ah.forward(lambda kernel, grid, *a, **m: first.append(a), q, k, v, o, lse, layouts, 0.1,
+               mask.left, mask.right, mask.band)  # fmt: skip
+
+    def launched(*args):
+        again.append(args)
+        return True
+
+    replay = fa._call_replay(("gluon", launched), q, k, v, mask, None)
+    o2, lse2 = replay(q, k, v, 0.1)
+    (a,), (b,) = first, again
+    assert len(a) == len(b) and b[4] is lse2 and b[3].base is o2
+    for x, y in zip(a[:4], b[:4], strict=True):
+        assert (x.shape, x.strides, x.block_shape, x.layout) == (
+            y.shape, y.strides, y.block_shape, y.layout)  # fmt: skip
+    assert a[5:] == b[5:]
+
+
+@needs_gluon
 def test_a_failing_gluon_forward_falls_back_to_the_triton_one(monkeypatch):
     # Wherever this runs: the Gluon path is taken and its launch fails, as an
     # incompatible Triton's Gluon would.  The op must warn once, answer with the
