@@ -8,8 +8,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from test_dropout import reference_keep
+from test_flash_attention import reference
 
 import tilebook
+from tilebook.ops import attention_hopper
 from tilebook.ops import matmul as mm
 from tilebook.validation import check_same_device
 
@@ -62,7 +65,21 @@ def _every_op(dev: str) -> None:
             lambda: tilebook.linear_act(x, lin, bias, "gelu"),
             lambda: F.gelu(F.linear(x64, lin.double(), bias.double())),
         ),
+        "layer_norm": (
+            lambda: tilebook.layer_norm(x, w, w),
+            lambda: F.layer_norm(x64, (256,), w.double(), w.double(), 1e-5),
+        ),
+        "dropout": (
+            lambda: tilebook.dropout(x, 0.25, seed=7),
+            lambda: x64 / 0.75 * reference_keep(x.numel(), 0.25, 7).view_as(x).to(dev),
+        ),
     }
+    # flash_attention: on sm_90 its forward is the Gluon kernel (descriptors on dev).
+    q, k, v = (torch.randn(1, 2, 128, 64, device=dev, dtype=bf) for _ in range(3))
+    cases["flash_attention"] = (
+        lambda: tilebook.flash_attention(q, k, v, causal=True),
+        lambda: reference(q, k, v, causal=True),
+    )
     if mm._tma_supported(x.device):  # rows of 255: copied to aligned ones, on x's device
         cases["matmul (staged for the TMA kernel)"] = (
             lambda: mm.fused_matmul(x[:, 1:], b[1:], impl="tma"),
@@ -87,6 +104,19 @@ def _every_op(dev: str) -> None:
     for name, got, want in (("x", xl, x6), ("w", wl, w6), ("lin", linl, lin6), ("b", bl, b6)):
         assert got.grad is not None and got.grad.device == x.device, name
         assert _rel(got.grad, want.grad) < 5e-2, f"d{name} on {dev}"
+    # The other three: layer_norm into dropout into attention (whose K and V are Q).
+    keep = reference_keep(x.numel(), 0.25, 7).view_as(x).to(dev)
+    xl, wl = _leaf(x), _leaf(w)
+    h = tilebook.dropout(tilebook.layer_norm(xl, wl, wl), 0.25, seed=7).view(1, 2, 96, 128)
+    tilebook.flash_attention(h, h, h, causal=True).float().pow(2).sum().backward()
+    x6, w6 = _leaf(x.double()), _leaf(w.double())
+    r = (F.layer_norm(x6, (256,), w6, w6, 1e-5) / 0.75 * keep).view(1, 2, 96, 128)
+    reference(r, r, r, causal=True).pow(2).sum().backward()
+    for name, got, want in (("x", xl, x6), ("w", wl, w6)):
+        assert got.grad is not None and got.grad.device == x.device, name
+        assert _rel(got.grad, want.grad) < 5e-2, f"d{name} (attention) on {dev}"
+    if torch.cuda.get_device_capability(dev) == (9, 0):  # and no Gluon failure on dev
+        assert attention_hopper.available(), f"the Gluon forward failed on {dev}"
 
 
 @pytest.mark.gpu
@@ -106,6 +136,7 @@ def test_tensors_on_two_gpus_are_refused():
     x1 = x0.to("cuda:1")
     w0, w1 = torch.randn(64, device="cuda:0", dtype=bf), torch.randn(64, device="cuda:1", dtype=bf)
     lin0 = torch.randn(32, 64, device="cuda:0", dtype=bf)
+    q0 = x0[None, None]  # (1, 1, 8, 64): one head of attention
     b1 = torch.randn(32, device="cuda:1", dtype=bf)
     calls = {
         "vector_add": lambda: tilebook.vector_add(x0, x1),
@@ -114,6 +145,10 @@ def test_tensors_on_two_gpus_are_refused():
         "matmul": lambda: tilebook.matmul(x0, x1.t()),
         "linear_act weight": lambda: tilebook.linear_act(x1, lin0),
         "linear_act bias": lambda: tilebook.linear_act(x0, lin0, b1),
+        "layer_norm weight": lambda: tilebook.layer_norm(x0, w1),
+        "layer_norm bias": lambda: tilebook.layer_norm(x0, w0, w1),
+        "flash_attention k": lambda: tilebook.flash_attention(q0, x1[None, None], q0),
+        "flash_attention v": lambda: tilebook.flash_attention(q0, q0, x1[None, None]),
     }
     for name, call in calls.items():
         for _ in range(2):  # the second time after a successful call of the same shapes
