@@ -69,8 +69,8 @@ BACKEND = "inductor" if GPU else "aot_eager"
 
 def _names(node: ast.stmt) -> list[str]:
     """The names a top-level statement defines; besides, ``REGISTRATION`` names the
-    ``if GPU:`` block and a bare call is named for what it calls."""
-    if isinstance(node, ast.If) and ast.unparse(node.test) == "GPU":
+    ``if GPU: ... else: ...`` block and a bare call is named for what it calls."""
+    if isinstance(node, ast.If) and ast.unparse(node.test) == "GPU" and node.orelse:
         return ["REGISTRATION"]
     if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
         return [ast.unparse(node.value.func)]

@@ -357,11 +357,17 @@ def _prune_tma(configs, named_args, **kwargs):
     return prune_configs(configs, M, N, K, 2, budget=_device_budget(named_args["bias_ptr"].device))
 
 
+def _even_k(args) -> bool:
+    # bool(): under torch.compile with dynamic shapes K is symbolic, and a constexpr
+    # must be a plain bool (this guards the graph on K's divisibility instead).
+    return bool(args["K"] % args["BLOCK_K"] == 0)
+
+
 _ptr_kernel = triton.autotune(
     configs=PTR_CONFIGS,
     key=["M", "N", "K", "HAS_BIAS", "ACTIVATION"],
     prune_configs_by={"early_config_prune": _prune_ptr},
-)(triton.heuristics({"EVEN_K": lambda args: args["K"] % args["BLOCK_K"] == 0})(matmul_kernel))
+)(triton.heuristics({"EVEN_K": _even_k})(matmul_kernel))
 
 _tma_kernel = triton.autotune(
     configs=TMA_CONFIGS,
