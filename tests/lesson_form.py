@@ -146,8 +146,20 @@ def check_code(path: Path, rel: str) -> list[Problem]:
         for line in range(max(1, b.lineno - 1), end)
     }
     tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    # Python 3.12 tokenizes f-strings (PEP 701): their text and the format specs of
+    # their replacement fields ({x:.1%}) both come as FSTRING_MIDDLE; a spec is code.
+    # ``fields`` counts open braces; each f-string remembers the count it began at.
+    fields, began = 0, []
     for tok in tokens:
         line = tok.start[0]
+        if tok.type == tokenize.OP and tok.string in "{}":
+            fields += 1 if tok.string == "{" else -1
+        elif tok.type == getattr(tokenize, "FSTRING_START", -1):
+            began.append(fields)
+        elif tok.type == getattr(tokenize, "FSTRING_END", -1):
+            began.pop()
+        if tok.type == getattr(tokenize, "FSTRING_MIDDLE", -1) and fields != began[-1]:
+            continue  # a format spec
         if tok.type == tokenize.COMMENT:
             if line in prose_lines or tok.string.startswith("# %%"):
                 continue  # a text block: checked as prose
@@ -159,7 +171,9 @@ def check_code(path: Path, rel: str) -> list[Problem]:
             if tok.start[0] == 1:  # the module docstring is prose: checked as text
                 continue
             # Replacement fields ({x:8.1%}) are code, not typed figures.
-            literal = re.sub(r"\{[^{}]*\}", "", tok.string)
+            literal, fewer = tok.string, None
+            while fewer != literal:  # nested fields ({x:>{w}.1%}) from the inside out
+                fewer, literal = literal, re.sub(r"\{[^{}]*\}", "", literal)
             for fig in figures_in(literal):
                 problems.append(Problem(rel, line, "typed figure in a string", fig))
     for i, text in enumerate(source.splitlines(), 1):

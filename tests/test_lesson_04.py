@@ -6,17 +6,24 @@ them: against float64, against the measured kernels of
 :mod:`tilebook.experiments.memory_access` (the lesson's copies must stay the
 same kernels), and the claims its prose makes about them (a missing mask reads
 the neighbour and writes past the end; a descriptor refuses a transposed
-view).  The exercises' solutions are taken from the lesson's text and run
-through :mod:`tilebook.exercises`, so that a solution that stops being right
-fails here.  The experiment's functions run under the interpreter with a
-stand-in timer, so that the rows the lesson reads are checked on any machine.
+view).  The block pointer kernel runs where the installed Triton has block
+pointers (3.9 removed them); the lesson run with block pointers taken away must
+still check and compile its descriptor.  The exercises' solutions are taken from
+the lesson's text and run through :mod:`tilebook.exercises`, so that a solution
+that stops being right fails here.  The experiment's functions run under the
+interpreter with a stand-in timer, so that the rows the lesson reads are checked
+on any machine.
 """
 
 from __future__ import annotations
 
 import ast
 import inspect
+import json
+import os
 import re
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -46,10 +53,42 @@ HEAD = (
 )
 
 
+BLOCK_POINTERS_ONLY = pytest.mark.skipif(
+    not tilebook.has_block_pointers(), reason="this Triton has no block pointers (3.9 on)"
+)
+
+
+def _guarded(name: str) -> ast.stmt:
+    """The definition of ``name`` that the lesson makes under ``if BLOCK_POINTERS:``."""
+    found = [
+        n
+        for guard in SCRIPT.tree.body
+        if isinstance(guard, ast.If) and ast.unparse(guard.test) == "BLOCK_POINTERS"
+        for n in guard.body
+        if getattr(n, "name", None) == name
+    ]
+    assert len(found) == 1, f"lesson 04 defines {name!r} {len(found)} times under its guard"
+    return found[0]
+
+
+def _source(name: str) -> str:
+    """A top-level definition's source, or a guarded one's, dedented."""
+    if SCRIPT.nodes(name):
+        return SCRIPT.source(name)
+    return textwrap.dedent(SCRIPT.segment(_guarded(name)))
+
+
 @pytest.fixture(scope="module")
 def lesson(tmp_path_factory):
     """The lifted definitions as a module (an importable file, as Triton needs source)."""
-    return SCRIPT.lift(LIFTED, tmp_path_factory.mktemp("lesson04"), HEAD)
+    return SCRIPT.lift(LIFTED, tmp_path_factory.mktemp("lesson04"), HEAD, source=_source)
+
+
+def test_the_block_pointer_kernel_is_defined_only_where_triton_has_them():
+    (node,) = SCRIPT.nodes("BLOCK_POINTERS")
+    assert ast.unparse(node.value) == "tilebook.has_block_pointers()"
+    assert not SCRIPT.nodes("scale_block_ptr_kernel")
+    assert _guarded("scale_block_ptr_kernel")
 
 
 def _body(fn_source: str) -> list[str]:
@@ -64,8 +103,6 @@ def test_the_lesson_kernels_are_the_measured_kernels(name):
     assert _body(SCRIPT.source(name)) == _body(package)
 
 
-# Triton 3.8 deprecates tl.make_block_ptr (the lesson says so and silences it too).
-@pytest.mark.filterwarnings("ignore:tl.make_block_ptr is deprecated")
 def test_the_launchers_match_float64_on_views(lesson, device):
     for stride in (1, 3, 16):
         x = torch.randn(1000 * stride, device=device)[::stride]
@@ -73,14 +110,78 @@ def test_the_launchers_match_float64_on_views(lesson, device):
         assert torch.equal(experiment.strided_copy(x), x)
     for name, v in experiment.view_inputs(37, 70).items():
         ref = 2.5 * v.double()
-        for out in (
-            lesson.scale_2d(v, 2.5),
-            lesson.scale_2d(v, 2.5, lesson.scale_block_ptr_kernel),
-            experiment.scale_2d(v, 2.5),
-        ):
+        for out in (lesson.scale_2d(v, 2.5), experiment.scale_2d(v, 2.5)):
             torch.testing.assert_close(out.double(), ref, rtol=1e-6, atol=1e-6, msg=name)
     x = torch.randn(40, 72, device=device)  # rows of 16-byte multiples, as a descriptor needs
     torch.testing.assert_close(lesson.scale_descriptor(x, 2.5).double(), 2.5 * x.double())
+
+
+# Triton 3.8 deprecates tl.make_block_ptr (the lesson says so and silences it too).
+@BLOCK_POINTERS_ONLY
+@pytest.mark.filterwarnings("ignore:tl.make_block_ptr is deprecated")
+def test_the_block_pointer_kernel_matches_float64_on_views(lesson):
+    for name, v in experiment.view_inputs(37, 70).items():
+        out = lesson.scale_2d(v, 2.5, lesson.scale_block_ptr_kernel)
+        torch.testing.assert_close(out.double(), 2.5 * v.double(), rtol=1e-6, atol=1e-6, msg=name)
+
+
+@pytest.mark.skipif(tilebook.has_block_pointers(), reason="this Triton has block pointers")
+def test_a_triton_without_block_pointers_refuses_them(lesson):
+    """What tilebook.has_block_pointers says of this Triton is what Triton does."""
+    x = experiment.view_inputs(37, 70)["contiguous"]
+    with pytest.raises(Exception, match="Block pointers have been removed"):
+        lesson.scale_2d(x, 2.5, lesson.scale_block_ptr_kernel)
+
+
+# The lesson run as a script, with block pointers taken away as Triton 3.9 takes them.
+WITHOUT_BLOCK_POINTERS = """
+import json, runpy, sys
+import tilebook
+import triton.language as tl
+
+
+def removed(*args, **kwargs):
+    raise NotImplementedError("Block pointers have been removed (by this test)")
+
+
+tilebook.has_block_pointers = lambda: False
+tl.make_block_ptr = tl.advance = removed
+page = runpy.run_path(sys.argv[1], run_name="__main__")
+seen, ways, code = page["seen"], page["ways"], page["code"]
+print("RESULT=" + json.dumps({
+    "defined": "scale_block_ptr_kernel" in page,
+    "compiled": list(seen),
+    "descriptor": seen["descriptor"],
+    "checked": [r.case for r in ways.rows],
+    "claims": [(c.text, c.holds) for c in code.items],
+}))
+"""
+
+
+def test_without_block_pointers_the_lesson_keeps_its_descriptor_rows(tmp_path):
+    driver = tmp_path / "without_block_pointers.py"
+    driver.write_text(WITHOUT_BLOCK_POINTERS)
+    src = str(Path(__file__).parents[1] / "src")
+    env = {
+        **os.environ,
+        "TILEBOOK_MODE": "cpu",
+        "MPLBACKEND": "Agg",
+        "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.run(
+        [sys.executable, str(driver), str(SCRIPT.path)],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900, check=False,
+    )  # fmt: skip
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT=")), None)
+    assert proc.returncode == 0 and line, proc.stdout[-2000:] + proc.stderr[-3000:]
+    result = json.loads(line.removeprefix("RESULT="))
+    assert not result["defined"]
+    assert result["compiled"] == [*experiment.VIEWS, "strides unknown", "descriptor"]
+    assert result["descriptor"]["UTMALDG"] > 0 and result["descriptor"]["LDG"] == 0
+    assert result["checked"] == ["descriptor, contiguous"]
+    claims = dict(result["claims"])
+    assert all(claims.values()) and len(claims) == 5, claims
+    assert not [c for c in claims if "block pointer" in c], claims
 
 
 def test_a_missing_mask_reads_the_neighbour_and_writes_past_the_end(lesson, device):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from lesson_form import check_lesson, figures_in, lessons
+from lesson_form import check_code, check_lesson, figures_in, lessons
 
 LESSONS = lessons()
 
@@ -74,3 +74,17 @@ def test_the_scan_leaves_words_and_shapes_alone(text):
 )
 def test_the_scan_finds_figures(text, figure):
     assert figures_in(text) == [figure]
+
+
+def test_format_specs_are_code_and_typed_figures_in_f_strings_are_not(tmp_path):
+    """Under Python 3.11 an f-string is one STRING token; under 3.12 its text and the
+    format specs of its fields come as separate FSTRING_MIDDLE tokens: either way a
+    spec like ``.1%`` is code, and a figure typed into the text is caught."""
+    path = tmp_path / "lesson.py"
+    path.write_text(
+        '"""A lesson."""\n\nx = 0.5\n'
+        "print(f\"{x:.1%} of {x:8.2f}, {f'{x:.0%}'} and {x:>{4}.1%}\")\n"
+        'print(f"{x} took 5 ms, {x:.2f} x")\n'
+    )
+    found = check_code(path, "lesson.py")
+    assert [(p.line, p.kind, p.text) for p in found] == [(5, "typed figure in a string", "5 ms")]

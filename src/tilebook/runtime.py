@@ -35,6 +35,7 @@ __all__ = [
     "capability",
     "device",
     "get_runtime",
+    "has_block_pointers",
     "is_gpu",
     "is_hopper",
     "is_interpreter",
@@ -166,6 +167,23 @@ def is_hopper(device: torch.device | int | None = None) -> bool:
     """True on a Hopper GPU (sm_90) whose Hopper-only paths are not switched off."""
     cap = capability(device)
     return cap is not None and cap[0] == 9
+
+
+def has_block_pointers() -> bool:
+    """True when the installed Triton still has block pointers (``tl.make_block_ptr``,
+    ``tl.advance``): Triton 3.8 and older.
+
+    Triton 3.8 deprecates them (it warns ``tl.make_block_ptr is deprecated``); Triton
+    3.9 removed them, and both functions raise ``NotImplementedError("Block pointers
+    have been removed in favor of the tensor descriptor API")``.  Tensor descriptors
+    are what replaces them.
+    """
+    import re
+
+    import triton  # imported here: the mode is already fixed
+
+    major, minor = (int(p) for p in re.findall(r"\d+", triton.__version__)[:2])
+    return (major, minor) < (3, 9)
 
 
 def pick(*, gpu: T, cpu: T) -> T:

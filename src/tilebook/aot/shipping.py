@@ -228,6 +228,9 @@ def kernel_ref(kernel: Any) -> dict[str, Any]:
             src, first = inspect.getsourcelines(f)
         except (OSError, TypeError) as exc:
             raise ValueError(f"cannot read the source of {f.__qualname__}: {exc}") from exc
+        # A def under a top-level block (lesson 04's ``if BLOCK_POINTERS:``) is indented;
+        # the child runs it at the top level, so it travels dedented, on the same lines.
+        src = textwrap.dedent("".join(src)).splitlines(True)
         lines = files.setdefault(path, {})
         for i, text in enumerate(src):
             lines[first + i] = text if text.endswith("\n") else text + "\n"
