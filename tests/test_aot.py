@@ -84,6 +84,15 @@ LESSON = textwrap.dedent(
         mask = offs < n
         x = tl.load(x_ptr + offs, mask=mask)
         tl.store(out_ptr + offs, _shift(x), mask=mask)
+
+
+    if OFFSET.value > 0:  # under a block, as lesson 04 defines its block pointer kernel
+
+        @triton.jit
+        def guarded_kernel(x_ptr, n, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            x = tl.load(x_ptr + offs, mask=offs < n)
+            tl.store(x_ptr + offs, x * 3.0, mask=offs < n)
     """
 )
 
@@ -134,6 +143,12 @@ def compiled(lesson, lesson_copy):
         "dot sm_90": {**dot, "arch": "sm_90a"},
         "fma sm_90": {**dot, "signature": FMA_SIG, "constexprs": {**DOT_CONSTS, "PREC": "ieee"}},
         "lesson sm_80": {**scale, "kernel": lesson[1]["lesson_kernel"]},
+        "guarded sm_80": {
+            "kernel": lesson[1]["guarded_kernel"],
+            "signature": {"x_ptr": "*fp32", "n": "i32"},
+            "constexprs": {"BLOCK": 256},
+            "arch": 80,
+        },
         "add sm_75": {**add, "arch": 75},
         "add sm_80": {**add, "arch": 80},
         "add sm_90": {**add, "arch": 90},
@@ -272,6 +287,17 @@ def test_lesson_kernel_object_compiles(compiled, lesson):
     assert any("0f40E00000" in line.text for line in shift), shift  # 7.0 as PTX writes it
     call = k.lines_for("_shift(x)", "ptx")  # the call site gets the inlined helper's code
     assert {line.number for line in shift} <= {line.number for line in call}
+
+
+def test_a_kernel_under_a_block_compiles_on_its_own_lines(compiled, lesson):
+    # Its source is indented: it travels to the compiling process dedented.
+    path, _ = lesson
+    k = compiled["guarded sm_80"]
+    assert k.name == "guarded_kernel"
+    line = 1 + LESSON.splitlines().index("        x = tl.load(x_ptr + offs, mask=offs < n)")
+    where = [s for s in k.source_lines() if "x = tl.load(x_ptr + offs" in s.text]
+    assert [(s.file, s.line) for s in where] == [(os.path.normpath(str(path)), line)]
+    assert k.lines_for(line, "ptx"), "the PTX names no instruction of that line"
 
 
 def test_each_file_sees_its_own_lines(compiled, lesson, lesson_copy):
