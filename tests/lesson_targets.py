@@ -19,11 +19,17 @@ import runpy
 import sys
 from pathlib import Path
 
+import tilebook  # first: in CPU mode it sets TRITON_INTERPRET before Triton loads
+
+# isort: split
 from triton.runtime.interpreter import InterpretedFunction
 
 from tilebook.aot.jobs import _prepare, _run_children
 from tilebook.aot.kernel import CompiledKernel
 from tilebook.ops.targets import launch_job
+
+if not tilebook.is_interpreter():
+    sys.exit("lesson_targets.py runs lessons under Triton's interpreter: set TILEBOOK_MODE=cpu")
 
 
 def _job(kernel, args: tuple, kwargs: dict) -> dict:

@@ -51,8 +51,6 @@ def _run(lesson: Path) -> dict:
     env = {
         **os.environ,
         "TILEBOOK_MODE": "cpu",
-        # Before Triton loads (the script imports it first); a CPU run's own already has it.
-        "TRITON_INTERPRET": "1",
         "MPLBACKEND": "Agg",
         "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
     }
