@@ -663,7 +663,7 @@ def _launch_ptr(a, b, c, bias, activation):
     _ptr_kernel[grid](*args, HAS_BIAS=has_bias, ACTIVATION=activation, INT64=int64)
     kw = _ptr_kernel.best_config.all_kwargs()
     kw.update(HAS_BIAS=has_bias, ACTIVATION=activation, INT64=int64)
-    kw["EVEN_K"] = K % kw["BLOCK_K"] == 0
+    kw["EVEN_K"] = _even_k({**kw, "K": K})  # what the autotuned launch just used
     _PICKED[key] = (kw, grid(kw))
     return True
 
