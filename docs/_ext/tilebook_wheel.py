@@ -197,8 +197,8 @@ class WheelInstall(SphinxDirective):
         link += nodes.literal(text=name)
         para += link
         para += nodes.Text(
-            " (pure Python; it installs PyTorch, Triton, NumPy and Matplotlib beside it "
-            "unless they are there)."
+            " (pure Python: pip installs PyTorch, Triton, NumPy and Matplotlib with it, "
+            "unless they are installed already)."
         )
         if url:
             code = f"python -m pip install {url}/wheels/{name}"
