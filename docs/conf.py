@@ -42,6 +42,7 @@ extensions = [
     "sphinx_gallery.gen_gallery",
     "tilebook_ext",  # :datasheet: and :repo: roles, install commands, records (docs/_ext)
     "tilebook_notebooks",  # lesson notebooks with Markdown, not raw reST (docs/_ext)
+    "tilebook_wheel",  # the package's wheel in the site, for the notebooks (docs/_ext)
 ]
 
 # The one setting that connects the site to its repository: clone and install
@@ -50,6 +51,9 @@ extensions = [
 tilebook_repo_url = os.environ.get("TILEBOOK_REPO_URL") or None
 tilebook_repo_branch = os.environ.get("TILEBOOK_REPO_BRANCH", "main")
 tilebook_pages_branch = os.environ.get("TILEBOOK_PAGES_BRANCH", "gh-pages")
+# Where the site is published: the notebooks install the wheel it ships from there.
+# Unset, a GitHub repository URL gives its GitHub Pages address (docs/_ext/tilebook_wheel.py).
+tilebook_site_url = os.environ.get("TILEBOOK_SITE_URL") or None
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 exclude_patterns = ["_build", "**.ipynb_checkpoints", "lessons/**/*.py", "lessons/**/*.ipynb"]
