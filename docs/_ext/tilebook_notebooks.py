@@ -35,12 +35,19 @@ _HEADING = {"=": "#", "-": "##", "~": "###", "^": "####"}
 
 
 def _fact_text(key: str) -> str:
-    from tilebook.datasheet import fact
+    """The figure as the page states it: a ``gpu.`` key is the build GPU's, else the
+    fallback GPU's named (as the site's role does)."""
+    from tilebook.datasheet import BUILD, build_fact, build_gpu, fact
 
+    prefix, _, name = key.partition(".")
     try:
-        return fact(key).text()
-    except KeyError:
+        f = build_fact(name) if prefix == BUILD else fact(key)
+    except LookupError:  # KeyError too
         return key
+    gpu = build_gpu()
+    if prefix == BUILD and (gpu is None or not f.key.startswith(f"{gpu.key}.")):
+        return f"{f.text()} (an {f.gpu}'s)"
+    return f.text()
 
 
 def _inline(text: str, repo_url: str | None, branch: str) -> str:
@@ -52,6 +59,10 @@ def _inline(text: str, repo_url: str | None, branch: str) -> str:
             return f"${body}$"
         if name == "datasheet":
             return _fact_text(body.strip())
+        if name == "build-gpu":
+            from tilebook.datasheet import build_gpu_name
+
+            return build_gpu_name() or "no GPU"
         if name in ("term", "doc", "ref"):
             return label.strip()
         if name == "repo":
@@ -63,7 +74,7 @@ def _inline(text: str, repo_url: str | None, branch: str) -> str:
             shown = shown.rsplit(".", 1)[-1]
         return f"`{shown}`"
 
-    text = re.sub(r":([a-z]+)(?::[a-z]+)?:`([^`]+)`", role, text)
+    text = re.sub(r":([a-z][a-z-]*)(?::[a-z]+)?:`([^`]+)`", role, text)
     text = re.sub(r"``(.+?)``", lambda m: f"`{m.group(1)}`", text)
     text = re.sub(r"`([^`<]+?)\s*<(https?://[^>]+)>`_+", r"[\1](\2)", text)
     return text
@@ -77,7 +88,7 @@ def rst_to_markdown(text: str, repo_url: str | None = None, branch: str = "main"
     """Convert the reStructuredText subset of tilebook's lessons to Markdown."""
     # A role or literal may wrap over lines: join it first, so it converts whole.
     text = re.sub(
-        r"(:[a-z]+:`[^`]*`|``[^`]+``)",
+        r"(:[a-z][a-z-]*:`[^`]*`|``[^`]+``)",
         lambda m: re.sub(r"\s*\n\s*", " ", m.group(1)),
         text,
     )
