@@ -165,6 +165,9 @@ def test_benchmarks_time_with_the_defaults_the_page_states():
     assert timings, "no benchmark names its TIMING"
     different = {name: t for name, t in timings.items() if t != defaults}
     assert not different, (defaults, different)
+    # compare()'s docstring: a lesson's defaults are fewer and shorter rounds.
+    lesson = inspect.signature(bench.compare).parameters
+    assert all(lesson[k].default <= defaults[k] for k in defaults), lesson
 
 
 # -- docstrings on the API page -----------------------------------------------------------

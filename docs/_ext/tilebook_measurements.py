@@ -170,33 +170,39 @@ def _records_table(records) -> nodes.table:
     return _table(["record", "what", "points", "provenance"], [18, 30, 6, 46], rows)
 
 
+def _own_kind() -> str | None:
+    """The GPU kind of this build's device (GPU builds), else None."""
+    import tilebook
+
+    if not tilebook.is_gpu():
+        return None
+    import torch
+
+    from tilebook.datasheet import gpu_kind
+
+    return gpu_kind(torch.cuda.get_device_name())
+
+
 class RecordsTable(Directive):
-    """The measurements behind the site: this build's (GPU), then the committed sets."""
+    """The measurements behind the site: this build's (GPU), then the committed sets,
+    which one a CPU build shows, and that set record by record."""
 
     has_content = False
 
     def run(self):
-        import tilebook
         from tilebook import bench
 
         out: list[nodes.Node] = []
+        sets = bench.record_sets()
+        shown = bench.shown_records_dir().resolve()
+        own = _own_kind()
         built = Path(os.environ.get(bench.RECORD_DIR_ENV) or "tilebook-records")
-        if hasattr(bench, "record_sets"):
-            sets = bench.record_sets()
-            shown = bench.shown_records_dir()
-        else:  # TEMPORARY until the per-GPU records land
-            sets = {"h100": bench.RECORDS_DIR}
-            shown = bench.RECORDS_DIR
-        live = []
-        if (
-            tilebook.is_gpu()
-            and built.is_dir()
-            and built.resolve() not in {p.resolve() for p in sets.values()}
-        ):
+        committed = {folder.resolve() for folder in sets.values()}
+        if own is not None and built.is_dir() and built.resolve() not in committed:
             live = [r for r in _load(built) if r.provenance.get("mode") == "gpu"]
-        if live:
-            out.append(nodes.paragraph(text="Measured in this build (what its lessons show):"))
-            out.append(_records_table(live))
+            if live:
+                out.append(nodes.paragraph(text="Measured in this build (what its lessons show):"))
+                out.append(_records_table(live))
         if not sets:
             out.append(nodes.paragraph(text="No GPU record has been committed yet."))
             return out
@@ -205,19 +211,21 @@ class RecordsTable(Directive):
         for kind, folder in sets.items():
             s = set_summary(folder)
             dates = s["first"] if s["first"] == s["last"] else f"{s['first']} to {s['last']}"
-            is_shown = folder.resolve() == shown.resolve()
+            readers = []
+            if folder.resolve() == shown:
+                readers.append("CPU builds")
+            if kind == own:
+                readers.append("this build, where it measured nothing itself")
             rows.append([
                 kind, ", ".join(s["gpus"]), s["records"], dates, ", ".join(s["commits"]) or "-",
-                "yes" if is_shown else "no",
+                " and ".join(readers) or "-",
             ])  # fmt: skip
-        widths = [8, 22, 8, 22, 26, 14]
-        header = ["GPU kind", "GPU", "records", "dates", "commits", "a CPU build shows it"]
-        out.append(_table(header, widths, rows))
-        kind = next((k for k, f in sets.items() if f.resolve() == shown.resolve()), None)
-        if kind is not None:
-            which = "this build shows" if not tilebook.is_gpu() else "a CPU build shows"
-            out.append(nodes.paragraph(text=f"The set {which}, {kind}, record by record:"))
-            out.append(_records_table(_load(shown)))
+        header = ["GPU kind", "GPU", "records", "dates", "commits", "shown by"]
+        out.append(_table(header, [8, 20, 8, 20, 26, 18], rows))
+        kind = next(k for k, f in sets.items() if f.resolve() == shown)
+        which = "a CPU build shows" if own is not None else "this build shows"
+        out.append(nodes.paragraph(text=f"The set {which}, {kind}, record by record:"))
+        out.append(_records_table(_load(shown)))
         return out
 
 
