@@ -179,3 +179,33 @@ def test_records_page_lists_provenance(built_site):
     html_dir, _ = built_site
     text = (html_dir / "measurements.html").read_text()
     assert "lesson07_launch" in text and "recorded on NVIDIA" in text
+
+
+def test_pages_list_every_lesson_and_call_none_in_preparation(built_site):
+    """The landing page and the syllabus link every lesson of the gallery; no page of
+    lists says a lesson is in preparation (issue 27)."""
+    html_dir, _ = built_site
+    pages = ["index.html", "syllabus.html", "lessons/index.html"]
+    pages += [str(p.relative_to(html_dir)) for p in html_dir.glob("lessons/*/index.html")]
+    stems = [p.stem for p in sorted(ROOT.glob("gallery/*/[0-9][0-9]_*.py"))]
+    for name in pages:
+        text = (html_dir / name).read_text()
+        assert "in preparation" not in text.lower(), name
+        if name in ("index.html", "syllabus.html"):
+            missing = [s for s in stems if not re.search(rf'href="[^"]*/{s}\.html"', text)]
+            assert not missing, (name, missing)
+
+
+def test_measurements_page_states_the_settings_of_the_code(built_site):
+    import inspect
+
+    from tilebook import bench
+
+    html_dir, _ = built_site
+    text = re.sub(r"<[^>]+>", "", (html_dir / "measurements.html").read_text())
+    text = re.sub(r"\s+", " ", text)
+    measure = inspect.signature(bench.measure).parameters
+    assert f"warm-up of {measure['warmup'].default:g} ms" in text
+    assert f"about {measure['rep'].default:g} ms" in text
+    assert "20th and 80th percentiles" in text
+    assert "shown by" in text and "CPU builds" in text
