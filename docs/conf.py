@@ -114,6 +114,12 @@ sphinx_gallery_conf = {
     # anyway, and a launch's handle means nothing to a reader.
     "ignore_repr_types": r"matplotlib\.(figure|axes|artist|lines|text)|CompiledKernel",
     "image_scrapers": ("matplotlib",),
+    # lesson_time.lesson_clock writes what each lesson took beside its page, from
+    # clocks read before and after it (docs/_ext/lesson_time.py; the site test holds
+    # each lesson to its budget with them).  Matplotlib's reset, sphinx-gallery's
+    # default, now runs after each lesson too: a no-op there.
+    "reset_modules": ("matplotlib", "lesson_time.lesson_clock"),
+    "reset_modules_order": "both",
     "matplotlib_animations": False,
     "remove_config_comments": True,
     "doc_module": ("tilebook",),
