@@ -53,8 +53,8 @@ DTYPE = torch.float32
 #: what fills the GPU to three 1 GiB tensors.
 EXPONENTS = tuple(range(12, 29, 2))
 #: Where :func:`sizes` also splits a call's time into host and GPU time: the
-#: smallest lengths of the sweep, where the launch, not the bytes, sets the time.
-SPLIT_EXPONENTS = EXPONENTS[:4]
+#: lengths below three 256 MiB tensors, where tilebook may trail torch.add.
+SPLIT_EXPONENTS = tuple(e for e in EXPONENTS if e < 26)
 #: Calls per round of the host timing: far fewer than CUDA's launch queue holds, so
 #: that the host never waits for the GPU while it is timed.
 HOST_CALLS = 200
