@@ -140,10 +140,10 @@ report.assert_ok()
 # Vector addition does one add for every three elements it moves (two read,
 # one written): far too little arithmetic to keep the GPU busy, so memory
 # bandwidth sets its speed.  We count the bytes that *must* move, ``3 * n``
-# elements, and divide by the time: GB/s.  The ceiling is not the
-# :term:`HBM` bandwidth of the datasheet (:datasheet:`h100.memory_bandwidth` for
-# an H100) but a device-to-device copy of a large buffer measured in the same
-# run, which reads and writes every byte once.  It is the practical ceiling, not
+# elements, and divide by the time: GB/s.  The ceiling is not the memory
+# (:term:`HBM`) bandwidth of the datasheet (:datasheet:`gpu.memory_bandwidth` for
+# the GPU this page speaks for) but a device-to-device copy of a large buffer
+# measured in the same run, which reads and writes every byte once.  It is the practical ceiling, not
 # a hard one: the copy is timed once, on its own buffers and apart from the
 # kernels, so a kernel that moves each byte once can end up within a few
 # percent of it on either side (the claims below bound how far above).
@@ -419,7 +419,7 @@ chosen = {"BLOCK_SIZE": block, "num_warps": DEFAULT_CONFIG.num_warps}
 # %%
 # Before explaining the slow settings, read what the compiler made of them.
 # :func:`tilebook.aot.compile_many` compiles the package's kernel (the one
-# timed) for an H100 on any machine: here at the package's setting, at the
+# timed) for Hopper (``sm_90``) on any machine: here at the package's setting, at the
 # smallest block, at the setting with the least work per thread, and at every
 # slow setting that neither of the last two explains.  ``ptxas`` reports the
 # :term:`registers <register>` and :term:`spills <spill>` of each, and the
