@@ -269,7 +269,8 @@ regimes
 # ----------------------
 # ``do_bench`` times a call between two CUDA events on the GPU.  If the host is
 # still preparing a launch when the GPU gets to it, the GPU waits, and the wait
-# is timed too.  So below the copy line the experiment splits each call in two
+# is timed too.  So at the sizes short of the largest, where tilebook may
+# trail, the experiment splits each call in two
 # (:func:`~tilebook.experiments.vector_add.host_and_gpu`): its *host* time,
 # from many calls issued back to back without waiting for the GPU, and its
 # *GPU* time, from ``triton.testing.do_bench_cudagraph``, which records the
