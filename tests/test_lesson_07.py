@@ -142,6 +142,38 @@ def test_committed_records_are_the_experiment_s_grids():
     # The widget starts at the package's setting, so the sweep must hold it.
     cfg = va.DEFAULT_CONFIG
     launch.one(BLOCK_SIZE=cfg.kwargs["BLOCK_SIZE"], num_warps=cfg.num_warps)
+    # A record from before the host/GPU split has none of its fields (the lesson says
+    # so); a newer one has all of them, at exactly the split's sizes.
+    split = [r for r in sizes.rows if "gpu_us" in r]
+    if split:
+        assert sorted({r["log2n"] for r in split}) == list(experiment.SPLIT_EXPONENTS)
+        for r in split:
+            for key in ("host", "gpu"):
+                assert r[f"{key}_p20_us"] <= r[f"{key}_us"] <= r[f"{key}_p80_us"]
+
+
+def test_host_and_gpu_times_each_call_both_ways(monkeypatch):
+    """The split's control flow without a GPU: host time from unsynchronised calls,
+    GPU time from one do_bench_cudagraph per round, both in interleaved rounds."""
+    import triton.testing
+
+    calls, graphs = {"a": 0, "b": 0}, []
+
+    def fake_graph(fn, rep, quantiles):
+        graphs.append(rep)
+        fn()
+        return [0.002 * (1 + len(graphs) % 2), 0.0, 0.0]  # ms: 2 and 4 us, alternating
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(triton.testing, "do_bench_cudagraph", fake_graph)
+    impls = {name: (lambda name=name: calls.__setitem__(name, calls[name] + 1)) for name in calls}
+    got = experiment.host_and_gpu(impls, rounds=3, calls=7)
+    assert calls == {"a": 3 * 7 + 3, "b": 3 * 7 + 3}  # host loops, plus one call a graph
+    assert graphs == [experiment.GRAPH_MS] * 6  # a round: a, then b
+    assert got["a"]["gpu_us"] == pytest.approx(4.0) and got["b"]["gpu_us"] == pytest.approx(2.0)
+    for r in got.values():
+        assert r["host_p20_us"] <= r["host_us"] <= r["host_p80_us"] and r["host_us"] > 0
+        assert set(r) == {f"{k}{q}_us" for k in ("host", "gpu") for q in ("", "_p20", "_p80")}
 
 
 def test_experiment_arithmetic():
@@ -154,13 +186,18 @@ def test_experiment_arithmetic():
 
 @pytest.mark.gpu
 def test_experiments_run_on_a_gpu():
-    rows = experiment.sizes((12, 14), rounds=1, warmup=1, rep=5)
+    rows = experiment.sizes((12, 14), split=(12,), rounds=1, warmup=1, rep=5)
     assert [(r["log2n"], r["impl"]) for r in rows] == [
         (12, "tilebook"),
         (12, "torch.add"),
         (14, "tilebook"),
         (14, "torch.add"),
     ]
+    # Split at 2^12 only; a call there costs the GPU less than do_bench measures.
+    assert [("gpu_us" in r, "host_us" in r) for r in rows] == [(True, True)] * 2 + [
+        (False, False)
+    ] * 2
+    assert all(0 < r["gpu_us"] < 1e3 * r["median_ms"] and r["host_us"] > 0 for r in rows[:2])
     rows = experiment.launch_settings(2**16, blocks=(256, 1024), warps=(1, 4), rounds=1, rep=5)
     assert [r["setting"] for r in rows] == ["256/1", "256/4", "1024/1", "1024/4"]
     assert all(r["programs"] == 2**16 // r["BLOCK_SIZE"] and r["gbps"] > 0 for r in rows)

@@ -154,6 +154,19 @@ def test_the_launch_rules_the_lesson_states(lesson):
         assert lesson_warps == warps * per_sm == op.BWD_WARPS_PER_SM
 
 
+def test_the_values_a_thread_holds_are_as_the_lesson_says(lesson):
+    """The page says a thread holds one number of a row's values over one span of
+    widths, fewer below it (down to a fraction: copies) and more above it."""
+    per = {2**k: 2**k / (32 * lesson.warps_for(2**k)) for k in range(3, 17)}
+    steady = max(per.values(), key=list(per.values()).count)
+    flat = [b for b, v in per.items() if v == steady]
+    assert flat == [b for b in per if flat[0] <= b <= flat[-1]]  # one span
+    assert min(per) < flat[0] and flat[-1] < max(per)  # with widths on both sides
+    assert all(per[b] < steady for b in per if b < flat[0]) and per[min(per)] < 1
+    assert all(per[b] > steady for b in per if b > flat[-1])
+    assert "every thread holds the same" not in " ".join(SCRIPT.text.split())
+
+
 def test_the_package_kernels_the_lesson_names(monkeypatch, device):
     """At the widths the lesson describes, the package's launchers run the kernels it links."""
     launched = []

@@ -400,6 +400,29 @@ def test_verdicts_and_targets_read_the_spread():
     assert goals[("backward", "full", "sdpa_cudnn")]["verdict"] == "met"  # 0.8 > 0.75
 
 
+def test_a_series_keeps_its_colour_from_plot_to_plot():
+    """The forward plots hold this page's kernel, the backward plots do not: every
+    implementation must keep its colour across them (cuDNN's once took
+    FlashAttention-2's in the backward), and two never share one."""
+    from tilebook.plots import plot_record
+
+    order = SCRIPT.constant("IMPLS")
+    rows = []
+    for kernel, impls in (("forward", order), ("backward", [i for i in order if i != "lesson"])):
+        for n in (1024, 4096):
+            rows += [_timed(i, 1.0, kernel=kernel, mask="full", n=n, tflops=100.0) for i in impls]
+    rec = Record("t", "t", rows, {})
+    colours = []
+    for kernel in ("forward", "backward"):
+        fig = plot_record(rec, x="n", y="tflops", series="impl", order=order,
+                          where={"kernel": kernel, "mask": "full"})  # fmt: skip
+        colours.append({line.get_label(): line.get_color() for line in fig.axes[0].lines})
+    forward, backward = colours
+    assert set(forward) == set(order) and set(backward) == set(order) - {"lesson"}
+    assert all(backward[i] == forward[i] for i in backward)
+    assert len(set(forward.values())) == len(forward)
+
+
 @EAGER_FLEX
 @pytest.mark.skipif(tilebook.is_gpu(), reason="CPU stand-ins: see the GPU test below")
 def test_the_measurement_s_control_flow_on_a_cpu(monkeypatch):
@@ -442,6 +465,9 @@ def test_the_measurement_s_control_flow_on_a_cpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     extra = {"lesson": lambda q, k, v, causal: fa.flash_attention(q, k, v, causal=causal)}
     rows = xp.lengths([24, 48], d=32, heads=2, tokens=48, flex_at=[48], extra=extra)
+    only_causal = xp.lengths([48], d=32, heads=2, tokens=48, flex_at=[48], flex_masks=[True])
+    flexed = {(r["kernel"], r["mask"]) for r in only_causal if r["impl"] == "flex"}
+    assert flexed == {("forward", "causal"), ("backward", "causal")}
     got = [(r["kernel"], r["mask"], r["n"], r["impl"]) for r in rows]
     assert got[:5] == [("forward", "full", 24, i)
                        for i in ("tilebook", "sdpa_cudnn", "sdpa_flash", "lesson")] + [

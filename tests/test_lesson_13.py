@@ -293,3 +293,29 @@ def test_widget_refuses_bad_input():
     rec = Record("r", "t", [{"warps": 8, "stages": 1, "tflops": 1.0}], {})
     with pytest.raises(LookupError, match="rows match"):
         pipeline_rows(COMPILED, record=rec)
+
+
+def test_what_the_lesson_says_of_lesson_09_is_what_lesson_09_does():
+    """The introduction says lesson 09 timed its tiles itself and ran
+    ``triton.autotune`` only at a size where the package's pruner leaves one
+    configuration, so that the autotuner timed nothing."""
+    from tilebook.ops import matmul as mm
+
+    intro = " ".join(SCRIPT.text.split("\n\n")[1].split())
+    assert "the autotuner timed nothing there" in intro
+    l09 = LessonSource(9)
+    launches = [
+        n
+        for n in ast.walk(l09.tree)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Subscript)
+        and ast.unparse(n.func.value) == "tuned_kernel"
+    ]
+    assert len(launches) == 1
+    m, n, k = (ast.literal_eval(a) for a in launches[0].args[3:6])
+    for configs in (mm.GPU_PTR_CONFIGS, mm.INTERPRETER_PTR_CONFIGS):
+        for elem in (2, 4):
+            assert len(mm.prune_configs(configs, m, n, k, elem)) == 1
+    # Its measurements launch the first configuration that fits, timed by compare().
+    calls = {ast.unparse(c) for c in ast.walk(l09.tree) if isinstance(c, ast.Call)}
+    assert "mm.set_autotune(False)" in calls

@@ -20,9 +20,9 @@ the answer comes out the same, bit for bit, on every run.
 - to derive the backward of a normalisation and write it as a kernel;
 - to sum the weight gradient over all rows with per-program fp32 partial sums:
   no atomics, no locks, the same bits on every run;
-- which refinements the measurements ask for: a grid sized from the
-  :term:`SM` count, several rows per program, an eviction hint, chunked kernels
-  for long rows;
+- which of the package's refinements (a grid sized from the :term:`SM` count,
+  several rows per program, an eviction hint, chunked kernels for long rows) a
+  measurement supports on this GPU, and which buy nothing;
 - what accumulating in bf16 costs, and why the weight gradient pays the most.
 
 The finished op is :func:`tilebook.rms_norm` (kernels, launchers and its
@@ -47,7 +47,7 @@ import triton.language as tl
 
 from tilebook.bench import record_or_measure
 from tilebook.check import CorrectnessReport, default_tolerance
-from tilebook.claims import Claims, speedup, within
+from tilebook.claims import Claims, speedup
 from tilebook.datasheet import fact
 from tilebook.experiments import rms_norm as exp
 from tilebook.ops import rms_norm as package
@@ -125,8 +125,8 @@ def fwd_kernel(X, W, Y, RSTD, n_cols, stride, eps, BLOCK_N: tl.constexpr):
 
 # %%
 # The launcher gives each row its program.  The number of :term:`warps <warp>`
-# grows with the row, so that every thread holds the same small number of the
-# row's values: enough for wide loads, few enough for registers.
+# grows with ``BLOCK_N`` (``warps_for``), from one warp to the most a program
+# may have; how many of the row's values a thread then holds follows below.
 
 
 def warps_for(block_n: int) -> int:
@@ -148,6 +148,28 @@ for h in (7, 1000, *HIDDEN):
     warps = warps_for(block)
     per = block / (32 * warps)
     print(f"H={h}: BLOCK_N={block}, num_warps={warps}, {per:g} a thread")
+
+# %%
+
+PER = {2**k: 2**k / (32 * warps_for(2**k)) for k in range(3, 17)}  # BLOCK_N: values
+steady = max(PER.values(), key=list(PER.values()).count)
+flat = [b for b, v in PER.items() if v == steady]
+say(
+    "So a thread holds {steady:g} of the row's values only from {lo} to {hi} columns "
+    "(``BLOCK_N``): enough for 16-byte loads, few enough for registers.  Below {lo} "
+    "one warp takes the row, and a thread holds fewer, down to {p0:g} at {b0}, where "
+    "threads hold copies of each other's values.  Above {hi} the warps stop at {w}, "
+    "and a thread holds more: {p1:g} at {b1}, where the lesson's kernels fall apart "
+    "(below).",
+    steady=steady,
+    lo=flat[0],
+    hi=flat[-1],
+    b0=min(PER),
+    p0=PER[min(PER)],
+    w=warps_for(max(PER)),
+    p1=PER[max(PER)],
+    b1=max(PER),
+)
 
 # %%
 # The backward pass, on paper
@@ -273,8 +295,8 @@ print("dw identical, bit for bit, over three runs:", same)
 # bf16 ``x``, written once and read back by the final sum.  In between, a grid
 # sized from the SM count: a few programs on each, each looping over many rows.
 # Here is the backward at ``H = GRID_H`` on tensors (their size in the caption)
-# far larger than the :term:`L2` cache (:datasheet:`h100.l2` on an H100),
-# timed in interleaved rounds by :func:`~tilebook.experiments.rms_norm.kernels`:
+# far larger than the :term:`L2` cache of any GPU in the datasheet, timed in
+# interleaved rounds by :func:`~tilebook.experiments.rms_norm.kernels`:
 
 GRID_H = 8192
 
@@ -334,10 +356,10 @@ say(
 )
 
 # %%
-# Refinements, each asked for by a measurement
-# --------------------------------------------
+# What the package adds, measured
+# -------------------------------
 # The lesson's kernels are correct, and short; each of the package's additions
-# has to earn its place.  The experiment below times the lesson's launchers
+# has to earn its place, and the measurement says which do on this GPU.  The experiment below times the lesson's launchers
 # against :func:`~tilebook.ops.rms_norm.launch_rms_norm_fwd` and
 # :func:`~tilebook.ops.rms_norm.launch_rms_norm_bwd` at the three row lengths of
 # ``HIDDEN``.  The package's forward groups short rows several to a program and,
@@ -391,7 +413,7 @@ READINGS = [  # pass, width, the kernel, against, what it adds
     ("forward", mid, "package", "lesson", "the eviction hint"),
     ("forward", long_h, "package", "lesson", "the chunked kernel"),
     ("backward", short, "package", "lesson", f"{rows_b} rows a step, {warps_b} warps"),
-    ("backward", mid, "package", "lesson", "the same launch configuration"),
+    ("backward", mid, "package", "lesson", "its kernel on the lesson's launch"),
     ("backward", long_h, "package", "lesson", "the chunked kernels"),
 ]
 claims, cells, ratio = Claims("11 rms_norm", steps), [], {}
@@ -404,9 +426,6 @@ for p, h, a, b, adds in READINGS:
 chunked = min(v for k, v in ratio.items() if k[1] == long_h)
 rest = [v for k, v in ratio.items() if k[1] != long_h]
 claims.check("The chunked kernels are the largest step", chunked > max(rest))
-SMALL = 0.1
-near = all(within(v, 1.0, SMALL) for v in rest)
-claims.check(f"Every other addition changes the speed by less than {SMALL:.0%}", near)
 worst = max(r[k] for r in steps.rows for k in ("err_y", "err_dx", "err_dw"))
 claims.check("Every kernel timed is right to tolerance", worst <= tol, to_tol(worst))
 Table(["pass", "H", "adds", "speed ratio (spread)", "verdict"], cells)
@@ -415,10 +434,27 @@ Table(["pass", "H", "adds", "speed ratio (spread)", "verdict"], cells)
 claims
 
 # %%
-# **Long rows.**  The chunked kernels are the large step; every other addition
-# changes the speed by less than the claims above allow, a tuning choice that
-# ``benchmarks/rms_norm.py --tune`` revisits per GPU.  Why the lesson's kernels fall
-# apart at long rows is arithmetic on the launch configuration.  An SM has
+
+found = {}  # verdict -> the additions that got it
+for p, h, adds, _, v in cells:
+    found.setdefault(v, []).append(f"{adds} ({p}, {h} columns)")
+listed = {
+    v: "; ".join(found.get(v, [])) or "none" for v in ("faster", "level", "slower")
+}
+say(
+    "Faster than the kernel it adds to, beyond the spread: {faster}.  Level, buying "
+    "nothing measurable on this GPU: {level}.  Slower: {slower}{why}.",
+    **listed,
+    why=", where the package's launch loses to the lesson's: its configuration "
+    "comes from a tuning run on one GPU, which ``benchmarks/rms_norm.py --tune`` "
+    "repeats on another"
+    if "slower" in found
+    else "",
+)
+
+# %%
+# **Long rows.**  The chunked kernels are the large step.  Why the lesson's
+# kernels fall apart at long rows is arithmetic on the launch configuration.  An SM has
 # :datasheet:`cuda.registers_per_sm`, shared by the threads of its programs, and a
 # thread may use at most :datasheet:`cuda.max_registers`.  When a thread needs more
 # values than it has registers, the compiler has to :term:`spill` the rest to local

@@ -550,14 +550,16 @@ report.assert_ok()
 # descriptors (lesson 09: the copy engine fills rows past the end with zeros,
 # so no load masks); the three-part loop; the scale applied after the maximum
 # (one fused multiply-add per score); rows that see no key; the longest tiles
-# first; tiles tuned ahead on an H100 (``fa.CONFIGS``; no call autotunes).
+# first; tiles tuned ahead for Hopper (``sm_90``; ``fa.CONFIGS``, no call
+# autotunes).
 # One limit stays: a tile's softmax waits for its ``Q K^T``, its ``P V`` for
-# the softmax.  So on an H100 the package's forward is Gluon, Triton's lower
+# the softmax.  So on Hopper the package's forward is Gluon, Triton's lower
 # level (:mod:`tilebook.ops.attention_hopper`): a producer :term:`warp`
 # copies; two consumer :term:`warpgroups <warpgroup>` issue ``Q K_j^T`` and
 # ``P_{j-1} V_{j-1}``, then compute the first's softmax while the second runs
 # (FlashAttention-3).  This page's causal forward, the package's Triton forward
-# (other GPUs, documents) and its Gluon one, compiled for an H100, bf16, D=128:
+# (other GPUs, documents) and its Gluon one, compiled for Hopper (``sm_90``),
+# bf16, D=128:
 
 sig = dict.fromkeys(("q_ptr", "k_ptr", "v_ptr", "o_ptr"), "*bf16")
 sig |= dict.fromkeys(("G", "Nq", "Nk", "reach"), "i32")
@@ -574,16 +576,16 @@ copier = lambda k: next((op for op in ("UTMALDG", "LDGSTS") if counts[k][op]), "
 
 
 def per_sm(kernel):
-    """How many programs like ``kernel`` fit on an H100 SM at once."""
+    """How many programs like ``kernel`` fit on a Hopper (sm_90) SM at once."""
     threads, regs = 32 * kernel.num_warps, -(-kernel.registers // 8) * 8
     by_regs = fact("cuda.registers_per_sm").value // (regs * threads)
-    smem = fact("h100.smem_per_sm").value * 1024
+    smem = int(fact("h100.smem_per_sm").si)  # compute capability 9.0: any Hopper
     return min(by_regs, smem // (kernel.shared_bytes + 1024))  # CUDA keeps 1 KiB each
 
 
 held = (
     "``LDGSTS`` copies a piece of a tile per thread, ``UTMALDG`` a whole tile: the "
-    "lesson's kernel uses ``{a}``, the package's ``{b}``.  An H100 SM holds {n} of "
+    "lesson's kernel uses ``{a}``, the package's ``{b}``.  A Hopper SM holds {n} of "
     "the lesson's programs, {m} of the package's Triton ones (where two fit, one's "
     "softmax runs during the other's products) and {g} Gluon one, whose code has "
     "{w} waits that leave a product in flight (``wgmma.wait_group 1``)."
@@ -598,14 +600,16 @@ say(held, **held_at, m=per_sm(package), g=per_sm(gluon), w=gluon.overlapped_wait
 # shrinks as ``N`` grows), forward and backward (autograd), causal or not:
 # :func:`tilebook.flash_attention`; ``lesson``, this page's kernel (forward);
 # SDPA's cuDNN and FlashAttention-2 backends; ``flex``,
-# ``torch.compile(flex_attention)``, at one length (each shape and mask costs
-# a compile).  FLOPs: :math:`4 B H N_q N_k D` forward, half when causal, 2.5
+# ``torch.compile(flex_attention)``, at one length and causal only (each shape
+# and mask costs a compile of its forward and backward; causal is where its
+# block mask skips tiles).  FLOPs: :math:`4 B H N_q N_k D` forward, half when causal, 2.5
 # times that backward.  Each is checked, then timed in interleaved rounds.
 
 LENGTHS, TOKENS, FLEX_AT = [1024, 4096, 16384], 16384, 4096
 IMPLS = ["tilebook", "lesson", "sdpa_cudnn", "sdpa_flash", "flex"]
 extra = {"lesson": lambda q, k, v, causal: attention_fwd(q, k, v, causal)[0]}
-kw = {"d": 128, "heads": 16, "tokens": TOKENS, "flex_at": [FLEX_AT], "extra": extra}
+kw = {"d": 128, "heads": 16, "tokens": TOKENS, "extra": extra}
+kw |= {"flex_at": [FLEX_AT], "flex_masks": [True]}
 kw |= {"warmup": 5, "rep": 20}  # short rounds, for the page's time budget
 title = "attention, bfloat16, D=128, 16 heads, 16384 tokens: TFLOP/s by length"
 runs = record_or_measure("lesson12_lengths", title, lambda: xp.lengths(LENGTHS, **kw))

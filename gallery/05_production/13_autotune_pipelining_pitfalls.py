@@ -2,11 +2,14 @@
 13. Autotune, pipelining and pitfalls: tuning a kernel, and what goes wrong
 ===========================================================================
 
-Lesson 09 let ``triton.autotune`` pick a matmul's tile.  Production adds the
-autotuner's hooks and cache, the launch options that set how the compiler
-schedules the work (``num_warps``, ``num_stages``), and mistakes that make a
-kernel slow or, worse, quietly wrong.  This lesson makes each happen, fixes it,
-reads pipelining in H100 code without an H100, and ends with debugging tools.
+Lesson 09 timed its matmul's tiles itself and wrapped the kernel in
+``triton.autotune`` at one small size only, where the package's pruner leaves a
+single configuration: the autotuner timed nothing there.  Here it times for
+real.  Production adds the autotuner's hooks and cache, the launch options that
+set how the compiler schedules the work (``num_warps``, ``num_stages``), and
+mistakes that make a kernel slow or, worse, quietly wrong.  This lesson makes
+each happen, fixes it, reads pipelining in code compiled for Hopper (``sm_90``)
+on any machine, and ends with debugging tools.
 
 .. rubric:: You will learn
 
@@ -121,9 +124,10 @@ def matmul(a, b, cfg):
 
 
 # %%
-# The tile this lesson studies is 128 x 256 x 64 in bf16, a common choice on
-# an H100.  The interpreter checks the same kernel with small tiles, in
-# float32 and float16 (it gets bf16 wrong); a GPU checks the big tile in bf16.
+# The tile this lesson studies is 128 x 256 x 64 in bf16, a common choice for
+# Hopper (``sm_90``).  The interpreter checks the same kernel with small tiles,
+# in float32 and float16 (it gets bf16 wrong); a GPU checks the big tile in
+# bf16.
 
 TILE = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64}
 FP32, FP16, BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -328,7 +332,7 @@ table(stale_rows, columns, caption=HERE)
 # while the tensor cores work on the current one; each costs a tile of ``A``
 # and of ``B`` there.
 #
-# :func:`tilebook.aot.compile_many` compiles the grid for an H100 (``sm_90``)
+# :func:`tilebook.aot.compile_many` compiles the grid for Hopper (``sm_90``)
 # on any machine, with a debugging kernel for the end of the page.  ``LDGSTS``
 # is an asynchronous copy into shared memory (``cp.async`` in :term:`PTX`),
 # ``DEPBAR`` the wait for one, ``LDG`` and ``STS`` a load into registers and a
@@ -376,7 +380,7 @@ print(textwrap.fill(refusal.splitlines()[-1], 88) if refusal else "compiled")
 # What the grid says, and the rules it is checked against:
 
 per_stage = (TILE["BLOCK_M"] + TILE["BLOCK_N"]) * TILE["BLOCK_K"] * 2  # bf16
-limit = fact("h100.smem_per_block").value * 1024
+limit = int(fact("h100.smem_per_block").si)  # compute capability 9.0's: the target
 facts = {ws: counts[lb] for ws, lb in grid_labels.items()}
 built = Claims("13 autotune", f"compiled for sm_90, triton {triton.__version__}")
 built.check(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import matplotlib
@@ -25,10 +25,34 @@ import matplotlib.pyplot as plt
 
 from .bench import Record
 
-__all__ = ["PALETTE", "house_style", "no_record_message", "plot_record"]
+__all__ = ["PALETTE", "house_style", "no_record_message", "plot_record", "series_colors"]
 
 # Colour-blind-safe (Okabe-Ito); tilebook's own series is always the first colour.
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442"]
+
+
+def series_colors(
+    keys: Sequence[Any],
+    order: Sequence[Any] | None = None,
+    colors: Mapping[Any, str] | None = None,
+) -> dict[Any, str]:
+    """The colour of each series in ``keys``: ``colors[k]`` where given, else the
+    palette's colour at ``k``'s place in ``order``.
+
+    A series keeps its colour from one plot to the next as long as the plots share
+    ``order``, whichever series each plot leaves out: a page that plots the forward
+    with five implementations and the backward with four must not repaint the
+    fourth in the third's colour.  Series outside ``order`` take the colours after
+    it, in the order they come.
+    """
+    colors = dict(colors or {})
+    slots = list(dict.fromkeys(order or ()))
+    slots += [k for k in keys if k not in slots]
+    out = {}
+    for k in keys:
+        out[k] = colors.get(k) or PALETTE[slots.index(k) % len(PALETTE)]
+    return out
+
 
 _STYLE: dict[str, Any] = {
     "figure.figsize": (7.0, 4.0),
@@ -101,17 +125,20 @@ def plot_record(
     ceiling: float | None = None,
     ceiling_label: str = "copy bandwidth",
     order: Sequence[str] | None = None,
+    colors: Mapping[str, str] | None = None,
     name: str | None = None,
     spread: bool = True,
 ):
     """Line plot of ``y`` against ``x``, one line per value of ``series``.
 
-    ``where`` keeps only rows whose fields equal the given values.  With
-    ``spread`` (the default) each line carries a band from its rows' 20th to 80th
-    percentile times, so that a reader sees which gaps are inside the noise.
-    ``ceiling``
-    draws a dashed horizontal line (e.g. the copy bandwidth measured in the same
-    run as the record).  Returns the figure, or None (after printing why) when
+    ``where`` keeps only rows whose fields equal the given values.  ``order``
+    orders the legend and fixes each series' colour (:func:`series_colors`), so
+    plots of one page that pass the same ``order`` colour a series alike even
+    where some series are missing; ``colors`` maps a series to a colour of its own.
+    With ``spread`` (the default) each line carries a band from its rows' 20th to
+    80th percentile times, so that a reader sees which gaps are inside the noise.
+    ``ceiling`` draws a dashed horizontal line (e.g. the copy bandwidth measured in
+    the same run as the record).  Returns the figure, or None (after printing why) when
     ``record`` is None or has no matching rows; ``name`` names the missing
     record in that message.
     """
@@ -130,12 +157,13 @@ def plot_record(
         groups.setdefault(r.get(series) if series else y, []).append(r)
     keys = list(order) if order else list(groups)
     keys = [k for k in keys if k in groups] + [k for k in groups if k not in keys]
+    color = series_colors(keys, order, colors)
     with house_style():
         fig, ax = plt.subplots()
         for k in keys:
             pts = sorted(groups[k], key=lambda r: r[x])
             xs = [p[x] for p in pts]
-            (line,) = ax.plot(xs, [p[y] for p in pts], marker="o", label=str(k))
+            (line,) = ax.plot(xs, [p[y] for p in pts], marker="o", label=str(k), color=color[k])
             band = [_spread(p, y) for p in pts]
             if spread and all(b is not None for b in band):
                 ax.fill_between(

@@ -303,18 +303,24 @@ def lengths(
     masks: Sequence[bool] = (False, True),
     impls: Sequence[str] = IMPLS,
     flex_at: Sequence[int] | None = None,
+    flex_masks: Sequence[bool] | None = None,
     extra: Mapping[str, Attention] | None = None,
     **timing: Any,
 ) -> list[dict[str, Any]]:
     """:func:`versus` over sequence lengths, ``tokens`` tokens at each (see :func:`shapes`).
 
-    ``flex_at`` limits FlexAttention to those lengths (each new shape and mask is a
-    new ``torch.compile``); None times it wherever ``impls`` names it.
+    ``flex_at`` limits FlexAttention to those lengths and ``flex_masks`` to those
+    masks (``True`` for causal): each new shape and mask is a new ``torch.compile``
+    of its forward and its backward, the costliest step of a cold run.  None times
+    it wherever ``impls`` names it.
     """
     rows: list[dict[str, Any]] = []
     for batch, n in shapes(seq_lengths, tokens):
-        use = [i for i in impls if i != "flex" or flex_at is None or n in flex_at]
         for causal in masks:
+            flex_here = (flex_at is None or n in flex_at) and (
+                flex_masks is None or causal in flex_masks
+            )
+            use = [i for i in impls if i != "flex" or flex_here]
             rows += versus(d, causal, n=n, batch=batch, heads=heads, impls=use, extra=extra,
                            **timing)  # fmt: skip
             torch.cuda.empty_cache()  # the inputs and graphs of this shape are gone now

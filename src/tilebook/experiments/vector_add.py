@@ -4,7 +4,8 @@ Two measurements, each defined once here:
 
 * :func:`sizes`: :func:`tilebook.vector_add` against ``torch.add`` over vector
   lengths (the lesson plots them against the copy bandwidth; the benchmark
-  holds tilebook to its target ratio);
+  holds tilebook to its target ratio), and at the smallest lengths each call's
+  time split into host time and GPU time (:func:`host_and_gpu`);
 * :func:`launch_settings`: :func:`tilebook.vector_add` at one length over a
   grid of ``BLOCK_SIZE`` and ``num_warps`` (the lesson's widget; the benchmark
   keeps the package's configuration honest).
@@ -18,7 +19,8 @@ bytes that must move: both inputs read once and the output written once,
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -32,9 +34,13 @@ __all__ = [
     "BLOCKS",
     "DTYPE",
     "EXPONENTS",
+    "GRAPH_MS",
+    "HOST_CALLS",
     "LAUNCH_N",
+    "SPLIT_EXPONENTS",
     "WARPS",
     "elements_per_thread",
+    "host_and_gpu",
     "launch_settings",
     "setting",
     "sizes",
@@ -46,6 +52,14 @@ DTYPE = torch.float32
 #: Vector lengths of the lesson's size sweep, as powers of two: from far below
 #: what fills the GPU to three 1 GiB tensors.
 EXPONENTS = tuple(range(12, 29, 2))
+#: Where :func:`sizes` also splits a call's time into host and GPU time: the
+#: lengths below three 256 MiB tensors, where tilebook may trail torch.add.
+SPLIT_EXPONENTS = tuple(e for e in EXPONENTS if e < 26)
+#: Calls per round of the host timing: far fewer than CUDA's launch queue holds, so
+#: that the host never waits for the GPU while it is timed.
+HOST_CALLS = 200
+#: Milliseconds of calls that the CUDA graph of the GPU timing holds.
+GRAPH_MS = 5.0
 #: Length of the launch-setting sweep: three 256 MiB tensors, far beyond the L2
 #: cache, so that the figures measure HBM.
 LAUNCH_N = 2**26
@@ -92,15 +106,86 @@ def _launcher(a, b, out, block: int, warps: int):
     return lambda: vector_add(a, b, out=out, block_size=block, num_warps=warps)
 
 
+def _quantiles(values: Sequence[float]) -> tuple[float, float, float]:
+    """Median, 20th and 80th percentile, as :func:`tilebook.bench.measure_interleaved`
+    takes them over its rounds."""
+    q = torch.quantile(
+        torch.tensor(values, dtype=torch.float64),
+        torch.tensor([0.5, 0.2, 0.8], dtype=torch.float64),
+    )
+    return tuple(float(v) for v in q)
+
+
+def _host_us(fn: Callable[[], Any], calls: int) -> float:
+    """Microseconds of host time per call: ``calls`` calls back to back, unsynchronised."""
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    host = (time.perf_counter() - t) / calls * 1e6
+    torch.cuda.synchronize()
+    return host
+
+
+def host_and_gpu(
+    impls: dict[str, Callable[[], Any]], *, rounds: int = 3, calls: int = HOST_CALLS
+) -> dict[str, dict[str, float]]:
+    """Each call's host time and GPU time, in interleaved rounds, in microseconds.
+
+    ``do_bench`` times a call between two CUDA events: the GPU's work, plus any
+    time the GPU waits for the host to launch it.  This separates the two.
+
+    * Host time: ``calls`` calls back to back with no synchronisation, timed
+      with ``time.perf_counter``.  The launches queue up without blocking, so
+      this is what one call costs the CPU (checks, Python, Triton's launcher).
+    * GPU time: :func:`triton.testing.do_bench_cudagraph` captures the calls
+      once in a CUDA graph and replays it: the host does nothing while it
+      runs, so this is what one call costs the GPU, kernels back to back (the
+      L2 cache is not emptied between them, as ``do_bench`` does).
+
+    Returns, per name, ``host_us``, ``host_p20_us``, ``host_p80_us``, ``gpu_us``,
+    ``gpu_p20_us`` and ``gpu_p80_us``: medians over the rounds, and their 20th and
+    80th percentiles.
+    """
+    from triton.testing import do_bench_cudagraph
+
+    host: dict[str, list[float]] = {name: [] for name in impls}
+    gpu: dict[str, list[float]] = {name: [] for name in impls}
+    for _ in range(rounds):
+        for name, fn in impls.items():
+            host[name].append(_host_us(fn, calls))
+            med = do_bench_cudagraph(fn, rep=GRAPH_MS, quantiles=[0.5, 0.2, 0.8])[0]
+            gpu[name].append(1e3 * float(med))
+    out = {}
+    for name in impls:
+        h, g = _quantiles(host[name]), _quantiles(gpu[name])
+        out[name] = {
+            "host_us": h[0],
+            "host_p20_us": h[1],
+            "host_p80_us": h[2],
+            "gpu_us": g[0],
+            "gpu_p20_us": g[1],
+            "gpu_p80_us": g[2],
+        }
+    return out
+
+
 def sizes(
-    exponents: Iterable[int] = EXPONENTS, *, dtype: torch.dtype = DTYPE, **timing: Any
+    exponents: Iterable[int] = EXPONENTS,
+    *,
+    dtype: torch.dtype = DTYPE,
+    split: Iterable[int] = SPLIT_EXPONENTS,
+    **timing: Any,
 ) -> list[dict[str, Any]]:
     """``tilebook`` against ``torch.add`` at ``n = 2**e`` for each exponent ``e``.
 
     One row per (size, implementation): ``n``, ``log2n``, ``dtype``, ``impl`` and
     the timing fields.  ``timing`` goes to :func:`tilebook.bench.compare`
-    (``rounds``, ``warmup``, ``rep``).
+    (``rounds``, ``warmup``, ``rep``).  At the exponents in ``split`` the rows
+    also hold the host and GPU times of :func:`host_and_gpu`, taken in as many
+    rounds.
     """
+    split = set(split)
     rows = []
     for e in exponents:
         n = 2**e
@@ -114,7 +199,11 @@ def sizes(
             _check(f"{name} n=2^{e}", fn, out, ref)
         del ref
         dt = str(dtype).removeprefix("torch.")
-        rows += compare(impls, bytes_moved=traffic(n, dtype), n=n, log2n=e, dtype=dt, **timing)
+        timed = compare(impls, bytes_moved=traffic(n, dtype), n=n, log2n=e, dtype=dt, **timing)
+        if e in split:
+            parts = host_and_gpu(impls, rounds=timing.get("rounds", 3))
+            timed = [r | parts[r["impl"]] for r in timed]
+        rows += timed
         del a, b, out
     return rows
 
