@@ -375,13 +375,13 @@ say(
 # ---------
 # **do_bench.**  ``triton.testing.do_bench`` runs a function many times between
 # CUDA events, emptying the :term:`L2` cache before each run, and returns the
-# median (or the quantiles asked for).  Every timing of lessons 07-12 comes from
-# it, in interleaved rounds (:func:`tilebook.bench.compare`).  It times what the
-# GPU does *and* the gaps when the host is too slow to keep it fed: for a small
-# tensor, the Python of a launch can take longer than the kernel.
+# median (or the quantiles asked for).  The speed comparisons of lessons 07-12
+# come from it, in interleaved rounds (:func:`tilebook.bench.compare`).  It times
+# what the GPU does *and* the gaps when the host is too slow to keep it fed: for
+# a small tensor, the Python of a launch can take longer than the kernel.
 # ``do_bench_cudagraph`` captures the function once in a CUDA graph and replays
 # it, which removes the host from the measurement: the difference between the
-# two is the host's share.  On a GPU the lesson times the gate both ways, as a
+# two is the host's share (lesson 07 split its small sizes this way).  On a GPU the lesson times the gate both ways, as a
 # Function and as the PyTorch formula, at a small and a large size:
 
 TIMERS = {"do_bench": triton.testing.do_bench}
