@@ -37,7 +37,7 @@ nox.options.sessions = ["lint", "tests"]
 ROOT = Path(__file__).parent
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 BUILD_HTML = ROOT / "docs" / "_build" / "html"
-RECORDS = ROOT / "src" / "tilebook" / "records"
+RECORDS = ROOT / "src" / "tilebook" / "records"  # one folder per GPU kind
 ENV_DIR = ROOT / ".nox" / "tilebook"  # the one environment of tests, docs and bench
 GROUPS = ("docs", "tests")  # the dependency groups the environment installs by default
 
@@ -208,16 +208,17 @@ def docs(session: nox.Session) -> None:
 
 
 def _save_records(session: nox.Session, built: Path) -> list[str]:
-    """Copy GPU-measured records from a build into the package's committed records."""
-    saved = []
-    for path in sorted(built.glob("*.json")):
-        if json.loads(path.read_text())["provenance"].get("mode") != "gpu":
-            continue
-        (RECORDS / path.name).write_text(path.read_text())
-        saved.append(path.name)
+    """Copy the GPU-measured records of a run into ``src/tilebook/records/<gpu kind>/``
+    (:func:`tilebook.bench.commit_records`)."""
+    code = (
+        "import sys; from tilebook.bench import commit_records; "
+        "print('\\n'.join(str(p) for p in commit_records(sys.argv[1])))"
+    )
+    out = session.run(_bin("python"), "-c", code, str(built), external=True, silent=True)
+    saved = [line for line in (out or "").splitlines() if line.strip()]
     if not saved:
-        session.error("no GPU-measured record in this build: was it built on a GPU?")
-    session.log(f"saved {len(saved)} records into {RECORDS}: {', '.join(saved)}")
+        session.error("no GPU-measured record in this run: was it made on a GPU?")
+    session.log(f"saved {len(saved)} records: {', '.join(saved)}")
     return saved
 
 
@@ -234,10 +235,13 @@ def bench(session: nox.Session) -> None:
     """GPU only: measure every kernel against its baselines and write the records
     that CPU builds plot (into src/tilebook/records, to be committed)."""
     _environment(session)
-    env = {"TILEBOOK_RECORD_DIR": str(RECORDS), "TILEBOOK_MODE": "gpu"}
+    built = BUILD_HTML.parent / "bench-records"
+    shutil.rmtree(built, ignore_errors=True)
+    env = {"TILEBOOK_RECORD_DIR": str(built), "TILEBOOK_MODE": "gpu"}
     session.run(
         _bin("python"), "benchmarks/run_all.py", *session.posargs, env=env, external=True
     )  # fmt: skip
+    _save_records(session, built)
 
 
 @nox.session(venv_backend="none")
@@ -251,10 +255,10 @@ def record(session: nox.Session) -> None:
                       capture_output=True, text=True, check=True, cwd=ROOT).stdout.strip():  # fmt: skip
         session.error("commit or stash your changes first: records name the commit they ran at")
     _environment(session, needs=("docs",))
-    env = {"TILEBOOK_MODE": "gpu", "TILEBOOK_RECORD_DIR": str(RECORDS)}
-    session.run(_bin("python"), "benchmarks/run_all.py", env=env, external=True)
     built = BUILD_HTML.parent / "records"
     shutil.rmtree(built, ignore_errors=True)
+    env = {"TILEBOOK_MODE": "gpu", "TILEBOOK_RECORD_DIR": str(built)}
+    session.run(_bin("python"), "benchmarks/run_all.py", env=env, external=True)
     shutil.rmtree(ROOT / "docs" / "lessons", ignore_errors=True)  # every lesson runs
     _sphinx(session, {"TILEBOOK_MODE": "gpu", "TILEBOOK_RECORD_DIR": str(built)})
     _save_records(session, built)

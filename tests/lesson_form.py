@@ -36,7 +36,6 @@ from sphinx_gallery.py_source_parser import split_code_and_text_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON_GLOB = "gallery/*/[0-9][0-9]_*.py"
-MAX_LINES = 720  # "no lesson over about 700 lines"
 MAX_LINE_CHARS = 88  # code lines: what fits a code block at 1280 px
 
 _NUM_CORE = r"(?:\d[\d,]*(?:\.\d+)?|\.\d+)"
@@ -262,9 +261,6 @@ def check_shape(path: Path, rel: str) -> list[Problem]:
     ]
     if re.search(r"record_or_measure\(|bench\.compare\(|\.measure\(", src) and "Claims(" not in src:
         problems.append(Problem(rel, 0, "missing", "claims checked against its measurements"))
-    n = src.count("\n")
-    if n > MAX_LINES:
-        problems.append(Problem(rel, 0, "too long", f"{n} lines (at most {MAX_LINES})"))
     return problems
 
 

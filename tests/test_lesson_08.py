@@ -135,7 +135,7 @@ def test_byte_count():
     # the lesson's claim that this layer is memory-bound: below the H100's balance
     from tilebook.datasheet import fact
 
-    balance = fact("h100.bf16_dense").value / fact("h100.hbm_bandwidth").value
+    balance = fact("h100.bf16_dense").si / fact("h100.memory_bandwidth").si
     assert 2 * m * n * k / fused < balance
 
 

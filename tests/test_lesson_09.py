@@ -57,7 +57,7 @@ def lesson(tmp_path_factory):
         import triton.language as tl
         from triton.tools.tensor_descriptor import TensorDescriptor
 
-        from tilebook.datasheet import fact
+        from tilebook.datasheet import build_fact, fact
         from tilebook.ops import matmul as mm
         from tilebook.ops.epilogue import epilogue
 
@@ -176,7 +176,7 @@ def test_what_the_prose_says_of_the_model(lesson):
     # and that a large tile loads more than HBM alone could feed the tensor cores
     from tilebook.datasheet import fact
 
-    balance = fact("h100.bf16_dense").value / fact("h100.hbm_bandwidth").value
+    balance = fact("h100.bf16_dense").si / fact("h100.memory_bandwidth").si
     assert lesson.flops_per_byte(128, 256) < balance
     # operations per byte: 2 * bm * bn * bk operations on (bm + bn) * bk elements
     for bm, bn in [(64, 64), (128, 256)]:

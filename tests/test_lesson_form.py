@@ -53,7 +53,7 @@ def test_the_scan_catches_the_published_contradictions(lesson, sentence, expecte
         "four warps make a warpgroup",
         "16-byte loads",
         "the 2**31 - 1 limit",
-        ":datasheet:`h100.hbm_bandwidth`",
+        ":datasheet:`h100.memory_bandwidth`",
     ],
 )
 def test_the_scan_leaves_words_and_shapes_alone(text):

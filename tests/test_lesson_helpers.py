@@ -139,7 +139,7 @@ def test_every_fact_has_a_source_and_a_unit():
         assert f.source in datasheet.SOURCES, f.key
         assert f.source_url.startswith("https://"), f.key
         assert f.unit and f.value > 0, f.key
-    assert datasheet.fact("h100.hbm_bandwidth").text() == "3.35 TB/s"
+    assert datasheet.fact("h100.memory_bandwidth").text() == "3.35 TB/s"
     assert datasheet.fact("cuda.registers_per_sm").text() == "65,536 registers"
     with pytest.raises(KeyError, match="known"):
         datasheet.fact("h100.nothing")

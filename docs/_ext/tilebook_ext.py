@@ -1,6 +1,6 @@
 """Sphinx pieces of the tilebook site.
 
-* ``:datasheet:`h100.hbm_bandwidth``` renders a published figure from
+* ``:datasheet:`h100.memory_bandwidth``` renders a published figure from
   :mod:`tilebook.datasheet` (value and unit) as a link to its row, with its
   source, in the datasheet table of the glossary page.  It is how a lesson's
   prose states a hardware figure without typing a number.
@@ -33,24 +33,50 @@ GLOSSARY_DOC = "glossary"
 
 
 class DatasheetRole(SphinxRole):
-    def run(self):
-        from tilebook.datasheet import fact
+    """``:datasheet:`h200.memory_bandwidth``` (a named GPU's figure) or
+    ``:datasheet:`gpu.memory_bandwidth``` (the build GPU's; where the datasheet has no
+    row for it, the H200's, followed by that GPU's name)."""
 
+    def run(self):
+        from tilebook.datasheet import BUILD, build_fact, fact
+
+        key = self.text.strip()
         try:
-            f = fact(self.text.strip())
-        except KeyError as exc:
+            prefix, _, name = key.partition(".")
+            f = build_fact(name) if prefix == BUILD else fact(key)
+        except (KeyError, LookupError) as exc:
             msg = self.inliner.reporter.error(str(exc), line=self.lineno)
             return [self.inliner.problematic(self.rawtext, self.rawtext, msg)], [msg]
+        shown = f.text()
+        if prefix == BUILD and not f.key.startswith(_build_key_prefix()):
+            shown += f" (an {f.gpu}'s: this GPU has no datasheet row)"
         builder = self.env.app.builder
         try:
             uri = builder.get_relative_uri(self.env.docname, GLOSSARY_DOC) + "#" + f.anchor
         except Exception:  # noqa: BLE001  (non-HTML builders: plain text is fine)
-            return [nodes.Text(f.text())], []
+            return [nodes.Text(shown)], []
         ref = nodes.reference(
-            "", f.text(), internal=True, refuri=uri, classes=["tb-datasheet"],
+            "", shown, internal=True, refuri=uri, classes=["tb-datasheet"],
             reftitle=f"{f.gpu}: {f.what} ({f.source_title})",
         )  # fmt: skip
         return [ref], []
+
+
+def _build_key_prefix() -> str:
+    from tilebook.datasheet import build_gpu
+
+    gpu = build_gpu()
+    return f"{gpu.key}." if gpu else "\0"
+
+
+class BuildGpuRole(SphinxRole):
+    """``:build-gpu:`name``` renders the name of the GPU the page speaks for: the
+    device that ran the lessons (GPU build), or the GPU of the records shown (CPU)."""
+
+    def run(self):
+        from tilebook.datasheet import build_gpu_name
+
+        return [nodes.emphasis(text=build_gpu_name() or "no GPU (no records)")], []
 
 
 class DatasheetTable(Directive):
@@ -287,6 +313,7 @@ def setup(app):
     app.connect("html-page-context", _lesson_context)
     app.connect("build-finished", _copy_notebooks)
     app.add_role("datasheet", DatasheetRole())
+    app.add_role("build-gpu", BuildGpuRole())
     app.add_directive("datasheet-table", DatasheetTable)
     app.add_directive("tilebook-records", RecordsTable)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

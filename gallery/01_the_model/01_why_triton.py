@@ -213,8 +213,8 @@ broken
 # What the compiler did with the tile
 # -----------------------------------
 # We never said which thread handles which element, nor how wide a load is.
-# :func:`tilebook.aot.compile_kernel` compiles the kernel ahead of time for an
-# H100 (on any machine, this one included) and reports what came out; lesson
+# :func:`tilebook.aot.compile_kernel` compiles the kernel ahead of time for
+# Hopper, ``sm_90`` (on any machine, this one included) and reports what came out; lesson
 # 03 walks through every stage.  We compile it as a launch with aligned
 # tensors and a length divisible by 16 would (lesson 02 shows why that
 # matters) and read the width of the loads in the machine code

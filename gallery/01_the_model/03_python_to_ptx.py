@@ -7,10 +7,11 @@ Triton passes it down a chain of compilers, and every link of the chain leaves
 a text you can read.  Reading them is how you learn what a kernel really does:
 whether its loads are wide, which instruction a ``tl.dot`` became, how many
 :term:`registers <register>` and how much :term:`shared memory` one program
-holds.  This lesson compiles lesson 02's ``scale_kernel`` for an A100
-(``sm_80``) and an H100 (``sm_90``) on whatever machine builds this page, no GPU
-needed, reads every stage, follows one ``tl.load`` down to the instruction
-that reads memory, and names the compiler passes that did the work.
+holds.  This lesson compiles lesson 02's ``scale_kernel`` for Ampere
+(``sm_80``, an A100's) and Hopper (``sm_90``, an H100's or H200's) on whatever
+machine builds this page, no GPU needed, reads every stage, follows one
+``tl.load`` down to the instruction that reads memory, and names the compiler
+passes that did the work.
 
 .. rubric:: You will learn
 
@@ -114,7 +115,7 @@ report.assert_ok()
 # needs what a launch would find: the argument types, the ``constexpr``
 # values, and which integers and pointers are divisible by 16 (lesson 02).  We
 # compile the kernel as a launch with ``n = 8192`` sees it, for both GPUs;
-# then, for the H100, with a length that is not a multiple of 16, with a view
+# then, for ``sm_90``, with a length that is not a multiple of 16, with a view
 # ``x[1:]`` that starts one element into its storage, and with the mask
 # deleted; and a kernel with a loop and a ``tl.dot``, read further down.
 
@@ -210,7 +211,7 @@ for label, k in (("sm_80", k80), ("sm_90", k90)):
 # one another; a block of ``BLOCK`` elements takes as many such rounds as it
 # needs.  That is what makes the accesses of a warp :term:`coalesced`:
 # neighbouring threads touch neighbouring bytes.  Three passes made this
-# layout, and the pass log shows them at work on the H100 build:
+# layout, and the pass log shows them at work on the ``sm_90`` build:
 # ``convert-triton-to-tritongpu`` gave every tensor one element per thread,
 # ``tritongpu-coalesce`` gave the load and the store the layout their
 # addresses call for, with ``convert_layout`` operations between the two, and
@@ -242,7 +243,7 @@ for when, text in SNAPSHOTS:
 # Every stage carries source locations (``loc`` records in the MLIR stages,
 # ``!dbg`` in LLVM IR, ``.loc`` in PTX, line tables in the cubin), so
 # :meth:`~tilebook.aot.CompiledKernel.lines_for` can list the lines of any
-# stage that came from one line of Python.  Stage by stage for the H100: how
+# stage that came from one line of Python.  Stage by stage for ``sm_90``: how
 # many lines came from the ``tl.load`` line, the first load among them, and
 # the comparison that came from the mask line.
 
@@ -311,7 +312,7 @@ say(
 #
 # What keeps a load narrow
 # ------------------------
-# The three H100 variants against the kernel as compiled above, with the
+# The three ``sm_90`` variants against the kernel as compiled above, with the
 # layout of each build's load:
 
 stg128 = {label: t.kernel.count(r"STG\.E\.128") for label, t in builds.items()}
@@ -456,8 +457,8 @@ say(
 
 # %%
 # ``tritongpu-accelerate-matmul`` is where ``tl.dot`` meets the tensor cores:
-# :term:`mma` instructions, each the work of one warp, on the A100, and
-# :term:`wgmma` on the H100, one instruction for a :term:`warpgroup` of four
+# :term:`mma` instructions, each the work of one warp, for ``sm_80``, and
+# :term:`wgmma` for ``sm_90``, one instruction for a :term:`warpgroup` of four
 # warps, which here reads both operands from shared memory.  The layout it defined,
 # and the operation that stands for ``tl.dot`` afterwards, on each target:
 
@@ -473,8 +474,8 @@ both = (dot80, dot90)
 ops = {t.kernel.arch: t.kernel.instructions("HMMA", "HGMMA") for t in both}
 major = [re.search(r"versionMajor = (\d)", t.kernel.stage("ttgir"))[1] for t in both]
 say(
-    "On the A100 the layout is ``nvidia_mma`` version {v80}, ``tt.dot`` stays "
-    "and becomes {h80} ``HMMA`` instructions in SASS; on the H100 it is version "
+    "For ``sm_80`` the layout is ``nvidia_mma`` version {v80}, ``tt.dot`` stays "
+    "and becomes {h80} ``HMMA`` instructions in SASS; for ``sm_90`` it is version "
     "{v90}, ``tt.dot`` is replaced by ``ttng.warp_group_dot``, which becomes "
     "{g90} ``HGMMA`` instructions.",
     v80=major[0],
@@ -580,7 +581,7 @@ StageViewer(
 # Triton keeps every compile on disk, in a directory named by a hash of the
 # kernel's source, its specialisation, the options and the compiler's own
 # version; the next process that needs the same binary loads it from there
-# (lesson 02 timed that).  The entry of the H100 build holds every stage up to
+# (lesson 02 timed that).  The entry of the ``sm_90`` build holds every stage up to
 # the binary (SASS is not kept: it is read back from the ``.cubin``):
 # ``.source`` is the front end's TTIR, ``.json`` the metadata (``shared``,
 # ``num_warps``, the target), and ``__grp__`` lists the others.

@@ -510,8 +510,8 @@ if ways.rows:  # none on a GPU older than Hopper under a Triton without block po
 # ``stride_xn == 1`` says a row is contiguous, so a thread can take neighbours
 # in one wide load.  :func:`tilebook.experiments.memory_access.specialization`
 # says what a launch on each view of the measured size tells it (on meta
-# tensors), :func:`tilebook.aot.compile_many` compiles each for an H100 on any
-# machine, beside ``strides unknown`` (``do_not_specialize``), the block
+# tensors), :func:`tilebook.aot.compile_many` compiles each for Hopper (``sm_90``)
+# on any machine, beside ``strides unknown`` (``do_not_specialize``), the block
 # pointer and the descriptor.  Counts are :term:`SASS` instructions per thread.
 
 big = experiment.view_inputs(*experiment.VIEW_SHAPE, device="meta")

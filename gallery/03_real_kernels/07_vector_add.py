@@ -140,7 +140,7 @@ report.assert_ok()
 # one written): far too little arithmetic to keep the GPU busy, so memory
 # bandwidth sets its speed.  We count the bytes that *must* move, ``3 * n``
 # elements, and divide by the time: GB/s.  The ceiling is not the
-# :term:`HBM` bandwidth of the datasheet (:datasheet:`h100.hbm_bandwidth` for
+# :term:`HBM` bandwidth of the datasheet (:datasheet:`h100.memory_bandwidth` for
 # an H100) but a device-to-device copy of a large buffer measured in the same
 # run, which reads and writes every byte once.  It is the practical ceiling, not
 # a hard one: the copy is timed once, on its own buffers and apart from the

@@ -52,7 +52,7 @@ from tilebook.aot import compile_many
 from tilebook.bench import record_or_measure
 from tilebook.check import CorrectnessReport
 from tilebook.claims import Claims, speedup
-from tilebook.datasheet import fact
+from tilebook.datasheet import build_fact
 from tilebook.experiments import linear_act as experiment
 from tilebook.ops.epilogue import HW_TANH, tanh_approx
 from tilebook.plots import plot_record
@@ -87,23 +87,26 @@ LAYER = (16384, 4096, 128)  # M tokens, N outputs, K inputs
 # two more trips of ``M*N`` elements.  ``experiment.traffic`` is that count.
 
 m, n, k = LAYER
+PEAK, BANDWIDTH = build_fact("bf16_dense"), build_fact("memory_bandwidth")
 fused_bytes, unfused_bytes = (experiment.traffic(m, n, k, 2, passes=p) for p in (0, 2))
 say(
     "For {layer[0]} tokens through a {layer[2]}-to-{layer[1]} layer in bf16, a "
     "fused kernel moves {fused:.0f} MiB and the unfused pair {unfused:.0f} MiB.  "
     "The product does {ops:.0f} floating-point operations per byte it must move, "
-    "where an H100's tensor cores can do {balance:.0f} in the time its memory "
+    "where the tensor cores of the {gpu} can do {balance:.0f} in the time its memory "
     "moves one.",
     layer=LAYER,
     fused=fused_bytes / 2**20,
     unfused=unfused_bytes / 2**20,
     ops=2 * m * n * k / fused_bytes,
-    balance=fact("h100.bf16_dense").value / fact("h100.hbm_bandwidth").value,
+    gpu=PEAK.gpu,
+    balance=PEAK.si / BANDWIDTH.si,
 )
 
 # %%
-# (The balance is :datasheet:`h100.bf16_dense` over
-# :datasheet:`h100.hbm_bandwidth`.)  The arithmetic is the smaller cost, so the
+# (The balance is the datasheet's bf16 peak over its memory bandwidth, both of
+# the GPU this page speaks for: :datasheet:`gpu.bf16_dense` over
+# :datasheet:`gpu.memory_bandwidth`.)  The arithmetic is the smaller cost, so the
 # time should follow the bytes: the unfused pair should take about as many
 # times longer as it moves more bytes.  As ``K`` grows the arithmetic grows
 # while the extra trips stay ``2MN`` elements, and the saving shrinks.
@@ -256,8 +259,8 @@ check("first kernel vs float64", {"fused": fused}, CASES)
 # What the activation costs in instructions
 # -----------------------------------------
 # The epilogue moves no memory, but every value of the tile goes through it.
-# :func:`tilebook.aot.compile_many` compiles the kernel for an H100 without
-# needing one and maps the :term:`SASS` back to the lines of Python, so we can
+# :func:`tilebook.aot.compile_many` compiles the kernel for Hopper (``sm_90``)
+# without needing such a GPU and maps the :term:`SASS` back to the lines of Python, so we can
 # count the instructions the activation's line became, per value a thread
 # holds.  ``MUFU`` counts the kernel's calls to the special-function unit
 # (exponentials, reciprocals); the last column shows whether anything
@@ -714,7 +717,7 @@ last
 #    .. dropdown:: Solution
 #
 #       Both tiles of all of ``K`` must sit in shared memory for ``tl.dot``:
-#       ``(BLOCK_M + BLOCK_N) * 4096`` bf16 values, far more than an H100 gives
-#       a program (:datasheet:`h100.smem_per_block`).  Walk ``K`` in steps of
+#       ``(BLOCK_M + BLOCK_N) * 4096`` bf16 values, far more than this page's GPU
+#       gives a program (:datasheet:`gpu.smem_per_block`).  Walk ``K`` in steps of
 #       ``BLOCK_K`` and add each step's product into the float32 tile: lesson
 #       09's kernel.

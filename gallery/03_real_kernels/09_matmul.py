@@ -47,7 +47,7 @@ from tilebook.aot import compile_many, instruction_table
 from tilebook.bench import compare, record_or_measure
 from tilebook.check import CorrectnessReport
 from tilebook.claims import Claims, speedup
-from tilebook.datasheet import fact
+from tilebook.datasheet import build_fact
 from tilebook.experiments import linear_act as linear_experiment
 from tilebook.experiments import matmul as experiment
 from tilebook.ops import matmul as mm
@@ -81,8 +81,8 @@ if tilebook.is_gpu():
 # each of the ``B`` tile ``BLOCK_M`` times.  ``BLOCK_K`` cancels; larger tiles
 # in ``M`` and ``N`` load fewer bytes per operation, up to what the
 # accumulator (``BLOCK_M * BLOCK_N`` float32 values over the program's threads)
-# allows.  An H100 does :datasheet:`h100.bf16_dense` against
-# :datasheet:`h100.hbm_bandwidth` of :term:`HBM`:
+# allows.  The GPU this page speaks for does :datasheet:`gpu.bf16_dense` against
+# :datasheet:`gpu.memory_bandwidth` of :term:`HBM`:
 
 
 def flops_per_byte(bm: int, bn: int, elem: int = 2) -> float:
@@ -90,11 +90,13 @@ def flops_per_byte(bm: int, bn: int, elem: int = 2) -> float:
     return 2 * bm * bn / ((bm + bn) * elem)
 
 
+PEAK, BANDWIDTH = build_fact("bf16_dense"), build_fact("memory_bandwidth")
 say(
-    "A 128 x 256 tile does {tile:.0f} operations per bf16 byte it loads; the H100 "
-    "does {balance:.0f} in the time its HBM delivers one byte.",
+    "A 128 x 256 tile does {tile:.0f} operations per bf16 byte it loads; the {gpu} "
+    "does {balance:.0f} in the time its memory delivers one byte.",
     tile=flops_per_byte(128, 256),
-    balance=fact("h100.bf16_dense").value / fact("h100.hbm_bandwidth").value,
+    gpu=PEAK.gpu,
+    balance=PEAK.si / BANDWIDTH.si,
 )
 
 # %%
@@ -280,7 +282,7 @@ def sweep_config(tile, group):
 
 def model(tile, group, sms):
     bm, bn, bk, _, stages = SWEEP[tile]
-    per_sm = fact("h100.smem_per_sm").value * 1024 // ((bm + bn) * bk * 2 * stages)
+    per_sm = build_fact("smem_per_sm").si // ((bm + bn) * bk * 2 * stages)
     return l2_model(SIZE, SIZE, SIZE, bm, bn, group, int(sms * per_sm))
 
 
@@ -545,8 +547,8 @@ report.assert_ok()
 # What the compiler made of it
 # ----------------------------
 # :func:`tilebook.aot.compile_many` compiles for GPUs the machine does not
-# have: the lesson's kernel for an A100 (``sm_80``) and an H100 (``sm_90``),
-# and the Hopper kernel for an H100, all bf16 with 128 x 256 x 64 tiles on
+# have: the lesson's kernel for Ampere (``sm_80``) and Hopper (``sm_90``),
+# and the Hopper kernel for ``sm_90``, all bf16 with 128 x 256 x 64 tiles on
 # eight warps.  ``HMMA`` is Ampere's tensor-core instruction (one warp),
 # ``HGMMA`` Hopper's :term:`wgmma` (a :term:`warpgroup` of four warps, here a
 # 64 x 256 x 16 product), ``LDGSTS`` one thread's copy into shared memory,

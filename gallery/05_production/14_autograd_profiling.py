@@ -505,8 +505,8 @@ table([{"name": k, **v} for k, v in events.items()], columns)
 # :term:`SASS`); ``MLIR_ENABLE_DUMP=1`` prints the IR after every MLIR pass
 # (``MLIR_ENABLE_DUMP=swiglu_fwd_kernel`` for one kernel); ``TRITON_CACHE_DIR``
 # is where compiled kernels land.  No GPU needed for any of it with
-# :func:`tilebook.aot.compile_kernel` (lesson 03), which compiles for the H100
-# here too.  The exponential became ``ex2.approx`` in PTX, in fp32 for bf16
+# :func:`tilebook.aot.compile_kernel` (lesson 03), which compiles for Hopper
+# (``sm_90``) here too.  The exponential became ``ex2.approx`` in PTX, in fp32 for bf16
 # data:
 
 sig = {"A": "*bf16", "B": "*bf16", "Y": "*bf16", "n": "i32"}
@@ -519,7 +519,10 @@ print(f"{len(ex2)} ex2 lines from tl.exp, the first:", ex2[0])
 # When not to write Triton
 # ------------------------
 # Lessons 07 to 11 measured their kernels against PyTorch, cuBLAS and
-# ``torch.compile`` on an H100: together, a decision tree.  Each leaf compares
+# ``torch.compile``: together, a decision tree.  Under the tree, each record
+# it reads is named with the GPU, date and commit that measured it: in a GPU
+# build, the lessons' own records of this build, and the package benchmark's
+# record committed for this GPU.  Each leaf compares
 # the choice with the alternative from one record (:func:`~tilebook.claims.speedup`:
 # a tie when the p20-p80 spreads overlap): *good* (faster), *level* or *slow*.
 # cuBLAS is CUDA C++ and hand-written assembly: it stands in for CUDA C++ of

@@ -30,9 +30,11 @@ from . import runtime
 
 __all__ = [
     "RECORDS_DIR",
+    "RECORDS_ROOT",
     "Measurement",
     "Record",
     "benchmark_header",
+    "commit_records",
     "compare",
     "copy_bandwidth",
     "load_record",
@@ -40,15 +42,24 @@ __all__ = [
     "measure_interleaved",
     "provenance",
     "record_or_measure",
+    "record_sets",
     "save_benchmark",
     "save_record",
+    "shown_records_dir",
+    "shown_records_gpu",
 ]
 
-#: Committed GPU records, shipped with the package so downloaded lessons find them.
-RECORDS_DIR = Path(__file__).parent / "records"
+#: Committed GPU records, shipped with the package so downloaded lessons find them:
+#: one folder per GPU kind (``records/h200/``, ``records/h100/``; the kind is
+#: :func:`tilebook.datasheet.gpu_kind` of the GPU that measured them).
+RECORDS_ROOT = Path(__file__).parent / "records"
+#: ``TILEBOOK_RECORDS_GPU=h100`` makes a CPU build show that kind's records instead of
+#: the newest complete set.
+RECORDS_GPU_ENV = "TILEBOOK_RECORDS_GPU"
 #: Where live runs write their records: ``$TILEBOOK_RECORD_DIR``, else
-#: ``./tilebook-records``.  ``nox -s bench`` points it at :data:`RECORDS_DIR` so that
-#: the results can be committed; ``nox -s docs`` at the build folder.
+#: ``./tilebook-records``.  ``nox -s docs`` points it at the build folder, and
+#: ``nox -s bench`` and ``nox -s record`` copy what it measured into the GPU's folder
+#: of :data:`RECORDS_ROOT`.
 RECORD_DIR_ENV = "TILEBOOK_RECORD_DIR"
 
 
@@ -354,14 +365,87 @@ def save_record(record: Record, directory: str | os.PathLike | None = None) -> P
     return path
 
 
+def record_sets() -> dict[str, Path]:
+    """The committed record sets: GPU kind -> its folder under :data:`RECORDS_ROOT`."""
+    if not RECORDS_ROOT.is_dir():
+        return {}
+    return {
+        d.name: d for d in sorted(RECORDS_ROOT.iterdir()) if d.is_dir() and any(d.glob("*.json"))
+    }
+
+
+def _set_summary(folder: Path) -> tuple[set[str], str, str | None]:
+    """A set's record names, its newest date and the GPU that measured it."""
+    names, newest, gpu = set(), "", None
+    for path in folder.glob("*.json"):
+        prov = json.loads(path.read_text()).get("provenance", {})
+        names.add(path.stem)
+        newest = max(newest, str(prov.get("date", "")))
+        gpu = gpu or prov.get("gpu")
+    return names, newest, gpu
+
+
+def shown_records_dir() -> Path:
+    """The folder of committed records that a CPU build shows.
+
+    ``$TILEBOOK_RECORDS_GPU`` names a kind; otherwise the newest *complete* set, one
+    holding every record that any set holds (a set that lacks some is shown only
+    where none is complete: then the one with the most records, newest first).  One
+    set is shown whole, so that every plot of a page speaks for the same GPU.
+    """
+    sets = record_sets()
+    wanted = os.environ.get(RECORDS_GPU_ENV, "").strip()
+    if wanted:
+        if wanted not in sets:
+            raise LookupError(
+                f"{RECORDS_GPU_ENV}={wanted!r}: no committed records of that GPU kind "
+                f"(there are: {', '.join(sets) or 'none'})"
+            )
+        return sets[wanted]
+    if not sets:
+        return RECORDS_ROOT
+    summaries = {kind: _set_summary(folder) for kind, folder in sets.items()}
+    every = set().union(*(names for names, _, _ in summaries.values()))
+    best = max(
+        summaries,
+        key=lambda k: (summaries[k][0] >= every, len(summaries[k][0]), summaries[k][1]),
+    )
+    return sets[best]
+
+
+def shown_records_gpu() -> str | None:
+    """The name of the GPU (as CUDA reports it) whose records a CPU build shows."""
+    folder = shown_records_dir()
+    return _set_summary(folder)[2] if folder.is_dir() else None
+
+
+def _committed_dir() -> Path:
+    """The committed records this process reads: on a GPU, those of this GPU's kind
+    where there are any (a build never shows another GPU's record when its own
+    exists); otherwise the set a CPU build shows."""
+    if runtime.is_gpu():
+        from .datasheet import gpu_kind
+
+        own = RECORDS_ROOT / gpu_kind(torch.cuda.get_device_name())
+        if own.is_dir() and any(own.glob("*.json")):
+            return own
+    return shown_records_dir()
+
+
 def load_record(name: str, directory: str | os.PathLike | None = None) -> Record | None:
-    """The committed record called ``name``, or None if there is none."""
+    """The record called ``name``, or None if there is none.
+
+    With ``directory``, from there alone.  Otherwise from ``$TILEBOOK_RECORD_DIR``
+    (this build's live records) first, then from the committed records
+    (:func:`_committed_dir`).  A record loaded from disk is never ``live``: its
+    :meth:`Record.caption` says "recorded on" with its GPU, versions, date and commit.
+    """
     if directory is not None:
         candidates = [Path(directory)]
     elif os.environ.get(RECORD_DIR_ENV):
-        candidates = [Path(os.environ[RECORD_DIR_ENV]), RECORDS_DIR]
+        candidates = [Path(os.environ[RECORD_DIR_ENV]), _committed_dir()]
     else:
-        candidates = [RECORDS_DIR]
+        candidates = [_committed_dir()]
     for d in candidates:
         path = d / f"{name}.json"
         if path.exists():
@@ -376,6 +460,29 @@ def load_record(name: str, directory: str | os.PathLike | None = None) -> Record
                 path=str(path),
             )
     return None
+
+
+def commit_records(built: str | os.PathLike) -> list[Path]:
+    """Copy the GPU-measured records of a run (a ``$TILEBOOK_RECORD_DIR``) into the
+    committed set of the GPU that measured each, ``records/<kind>/``; return the
+    paths written.  What ``nox -s record``, ``nox -s bench`` and
+    ``nox -s docs -- --save-records`` call.  A record of CPU mode is never copied."""
+    from .datasheet import gpu_kind
+
+    written = []
+    for path in sorted(Path(built).glob("*.json")):
+        prov = json.loads(path.read_text()).get("provenance", {})
+        if prov.get("mode") != "gpu" or not prov.get("gpu"):
+            continue
+        folder = RECORDS_ROOT / gpu_kind(str(prov["gpu"]))
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / path.name).write_text(path.read_text())
+        written.append(folder / path.name)
+    return written
+
+
+#: The committed records a CPU build shows (:func:`shown_records_dir`), as of import.
+RECORDS_DIR = shown_records_dir()
 
 
 def record_or_measure(
