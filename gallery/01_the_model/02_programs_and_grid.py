@@ -357,12 +357,13 @@ shown
 # Turning the knobs
 # -----------------
 # The grid explorer cuts a matrix into tiles for any sizes, and numbers each
-# tile by the program that owns it, in launch order; "programs started" shows
-# only the first programs to start.  Two grid rules are wrong: rounding the
-# division down (``M // BLOCK_M``) drops the ragged last row or column of tiles,
-# and a grid whose axes are swapped against the kernel's (``(cdiv(N, BLOCK_N),
-# cdiv(M, BLOCK_M))`` for a kernel that reads axis 0 as rows) leaves some tiles
-# unowned and starts programs outside the matrix.  The explorer's arithmetic is
+# tile by the linear index of the program that owns it; "programs started"
+# shows only the first programs, taking the linear index as the start order
+# (a GPU need not follow it exactly: see above).  Two grid rules are wrong:
+# rounding the division down (``M // BLOCK_M``) drops the ragged last row or
+# column of tiles, and a grid whose axes are swapped against the kernel's
+# (``(cdiv(N, BLOCK_N), cdiv(M, BLOCK_M))`` for a kernel that reads axis 0 as
+# rows) leaves some tiles unowned and starts programs outside the matrix.  The explorer's arithmetic is
 # checked against the kernel itself: for each of the three rules at the sizes
 # below, the map ``stamp_tiles_kernel`` writes is the explorer's.
 
