@@ -429,11 +429,12 @@ apart = {
     for p, q in itertools.combinations(settings, 2)
 }
 overlap = {pq: d for pq, d in apart.items() if d < SAME}
+coinciding = [f"``{p}`` and ``{q}``" for p, q in overlap]
 say(
-    "On the plot {lines} lie on each other: at every ``K`` {their} ratios to the "
-    "rounding differ by at most {d:.0%}.",
-    lines=" and ".join(f"``{p}`` and ``{q}``" for p, q in overlap),
-    their="their" if len(overlap) == 1 else "each pair's",
+    "On the plot the lines of {lines} lie on each other: at every ``K`` {their} "
+    "ratios to the rounding differ by at most {d:.0%}.",
+    lines=", and those of ".join(coinciding) + ("," if len(coinciding) > 1 else ""),
+    their="their" if len(coinciding) == 1 else "each pair's",
     d=max(overlap.values()),
 ) if overlap else None
 
