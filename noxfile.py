@@ -13,6 +13,11 @@ downloading another: see :func:`_reuse_host_packages`.  Set
 ``TILEBOOK_TORCH_INDEX=https://download.pytorch.org/whl/cpu`` installs PyTorch's
 CPU-only build first (a few hundred MB instead of several GB), for a machine
 without a GPU.
+
+``python3 dev.py -s tests`` runs nox from a virtual environment of its own (a
+system Python may refuse ``pip install nox``); it names the Python that ran it in
+``TILEBOOK_HOST_PYTHON``, and that Python, not nox's, is the one the shared
+environment is made from and whose torch it reuses.
 """
 
 from __future__ import annotations
@@ -24,7 +29,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import nox
@@ -40,6 +44,8 @@ BUILD_HTML = ROOT / "docs" / "_build" / "html"
 RECORDS = ROOT / "src" / "tilebook" / "records"  # one folder per GPU kind
 ENV_DIR = ROOT / ".nox" / "tilebook"  # the one environment of tests, docs and bench
 GROUPS = ("docs", "tests")  # the dependency groups the environment installs by default
+# The Python the environment is made from: the one that ran dev.py, else nox's own.
+HOST_PYTHON = os.environ.get("TILEBOOK_HOST_PYTHON") or sys.executable
 
 
 def _groups() -> tuple[str, ...]:
@@ -59,12 +65,18 @@ def _groups() -> tuple[str, ...]:
     return groups
 
 
+def _host(code: str) -> str:
+    """What :data:`HOST_PYTHON` prints running ``code``."""
+    run = subprocess.run([HOST_PYTHON, "-c", code], capture_output=True, text=True, check=True)
+    return run.stdout.strip()
+
+
 def _host_has_cuda_torch() -> bool:
-    """Does the interpreter running nox have a torch that sees a CUDA GPU?"""
+    """Does :data:`HOST_PYTHON` have a torch that sees a CUDA GPU?"""
     code = "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, timeout=120, check=False
+            [HOST_PYTHON, "-c", code], capture_output=True, timeout=120, check=False
         )
         return proc.returncode == 0
     except (OSError, subprocess.SubprocessError):
@@ -97,16 +109,25 @@ def _reuse_host_packages(session: nox.Session) -> None:
         [_bin("python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
-    host_paths = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    # The folder torch is in, too: a distribution's Python may keep its packages apart
+    # from sysconfig's paths (Debian: /usr/lib/python3/dist-packages).
+    code = (
+        "import os, sysconfig, importlib.util as u; p = sysconfig.get_paths(); "
+        "t = u.find_spec('torch'); torch = [os.path.dirname(os.path.dirname(t.origin))] if t "
+        "else []; print(p['purelib'], p['platlib'], *torch, sep='\\n')"
+    )
+    host_paths = set(_host(code).splitlines())
     Path(venv_site, "_tilebook_host_site.pth").write_text("\n".join(sorted(host_paths)) + "\n")
     session.log(f"reusing the host's torch and packages from {', '.join(sorted(host_paths))}")
 
 
 def _stamp(reuse: bool) -> str:
     """What the environment was made from: when it changes, the environment is remade."""
+    same = sys.executable == HOST_PYTHON
+    python = sys.version if same else _host("import sys; print(sys.version)")
     what = {
         "pyproject": (ROOT / "pyproject.toml").read_text(),
-        "python": sys.version,
+        "python": python,
         "reuse": reuse,
         "torch_index": os.environ.get("TILEBOOK_TORCH_INDEX", ""),
         "groups": _groups(),
@@ -135,7 +156,7 @@ def _environment(
     if ENV_DIR.exists():
         shutil.rmtree(ENV_DIR)
     session.log(f"making the environment {ENV_DIR} (once; reused by tests, docs and bench)")
-    session.run(sys.executable, "-m", "venv", str(ENV_DIR), external=True, silent=True)
+    session.run(HOST_PYTHON, "-m", "venv", str(ENV_DIR), external=True, silent=True)
     pip = [_bin("python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     if reuse:
         _reuse_host_packages(session)

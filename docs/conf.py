@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from pathlib import Path
 
 # Importing tilebook chooses GPU or interpreter mode before anything imports
@@ -19,6 +20,15 @@ if not os.environ.get("TILEBOOK_BANNER_SHOWN"):
 # failed" lines straight to stderr: noise in the build log that asks for no action.
 # Level 6 is past every level Kineto logs at (it reads the variable when profiling).
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+
+# To link a lesson's code to the API, sphinx-gallery looks every dotted name up in
+# the lesson's globals, names inside functions too: lesson 12's kernels transpose
+# their tiles with ``k.T``, and the lesson's module-level ``k`` is a 4-D tensor, on
+# which torch deprecates ``.T``.  The lesson evaluates no such ``.T``; the lookup
+# does (and its link would be wrong), so its warning is silenced there only.
+warnings.filterwarnings(
+    "ignore", r"The use of `x\.T` on tensors", UserWarning, r"sphinx_gallery\.backreferences"
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent / "_ext"))
@@ -42,6 +52,7 @@ extensions = [
     "sphinx_gallery.gen_gallery",
     "tilebook_ext",  # :datasheet: and :repo: roles, install commands, records (docs/_ext)
     "tilebook_notebooks",  # lesson notebooks with Markdown, not raw reST (docs/_ext)
+    "tilebook_wheel",  # the package's wheel in the site, for the notebooks (docs/_ext)
 ]
 
 # The one setting that connects the site to its repository: clone and install
@@ -50,6 +61,9 @@ extensions = [
 tilebook_repo_url = os.environ.get("TILEBOOK_REPO_URL") or None
 tilebook_repo_branch = os.environ.get("TILEBOOK_REPO_BRANCH", "main")
 tilebook_pages_branch = os.environ.get("TILEBOOK_PAGES_BRANCH", "gh-pages")
+# Where the site is published: the notebooks install the wheel it ships from there.
+# Unset, a GitHub repository URL gives its GitHub Pages address (docs/_ext/tilebook_wheel.py).
+tilebook_site_url = os.environ.get("TILEBOOK_SITE_URL") or None
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 exclude_patterns = ["_build", "**.ipynb_checkpoints", "lessons/**/*.py", "lessons/**/*.ipynb"]
@@ -104,6 +118,12 @@ sphinx_gallery_conf = {
     # anyway, and a launch's handle means nothing to a reader.
     "ignore_repr_types": r"matplotlib\.(figure|axes|artist|lines|text)|CompiledKernel",
     "image_scrapers": ("matplotlib",),
+    # lesson_time.lesson_clock writes what each lesson took beside its page, from
+    # clocks read before and after it (docs/_ext/lesson_time.py; the site test holds
+    # each lesson to its budget with them).  Matplotlib's reset, sphinx-gallery's
+    # default, now runs after each lesson too: a no-op there.
+    "reset_modules": ("matplotlib", "lesson_time.lesson_clock"),
+    "reset_modules_order": "both",
     "matplotlib_animations": False,
     "remove_config_comments": True,
     "doc_module": ("tilebook",),

@@ -41,17 +41,36 @@ def pytest_configure(config):
         os.environ[SITE_SHARED] = tempfile.mkdtemp(prefix="tilebook-site-")
 
 
+@pytest.hookimpl(tryfirst=True)  # under xdist: before the worker reports its collection
 def pytest_collection_finish(session):
     if os.environ.get("TILEBOOK_BUILT_SITE") or session.testsfailed:  # collection errors
         return
     if any("built_site" in getattr(item, "fixturenames", ()) for item in session.items):
         import site_build
 
-        site_build.start(Path(os.environ[SITE_SHARED]))
+        shared = Path(os.environ[SITE_SHARED])
+        if hasattr(session.config, "workerinput"):
+            # The controller starts it (pytest_xdist_node_collection_finished): a worker
+            # may end before the build does, and the process that starts a build must
+            # outlive it, to end it and collect its exit.
+            (shared / "wanted").touch()
+        else:
+            site_build.start(shared)
         # The build times every lesson against its CPU budget: the tests running beside
         # it yield the CPU to it (the build, started first, keeps its priority).
         if hasattr(os, "nice"):
             os.nice(10)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    """The controller, as each worker reports its collection (before any test is sent
+    to a worker): start the build if a worker's tests want it."""
+    shared = Path(os.environ[SITE_SHARED])
+    if (shared / "wanted").is_file():
+        import site_build
+
+        site_build.start(shared)
 
 
 def pytest_unconfigure(config):

@@ -1,8 +1,9 @@
 """The lesson form, checked from a lesson's source (used by test_lesson_form.py).
 
-Run it on any lesson while writing one::
+Run it on any lesson while writing one, with the project's environment (which
+``python3 dev.py -s env`` makes, and every session shares)::
 
-    python tests/lesson_form.py gallery/03_real_kernels/07_vector_add.py
+    .nox/tilebook/bin/python tests/lesson_form.py gallery/03_real_kernels/07_vector_add.py
 
 What it checks, and why:
 
@@ -26,13 +27,27 @@ from __future__ import annotations
 
 import ast
 import io
+import os
 import re
 import sys
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
-from sphinx_gallery.py_source_parser import split_code_and_text_blocks
+try:
+    from sphinx_gallery.py_source_parser import split_code_and_text_blocks
+except ModuleNotFoundError as missing:
+    if __name__ != "__main__":
+        raise
+    # Run by hand with another Python: say which, and the command that works.
+    here = Path(__file__).resolve()
+    env = os.path.relpath(here.parents[1] / ".nox" / "tilebook" / "bin" / "python")
+    sys.exit(
+        f"lesson_form.py reads lessons with sphinx-gallery's parser, and {sys.executable} "
+        f"has no {missing.name}. Run it with the project's environment:\n"
+        f"    {env} {os.path.relpath(here)} {' '.join(sys.argv[1:])}\n"
+        f"(python3 dev.py -s env makes that environment, if {env} is missing)"
+    )
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON_GLOB = "gallery/*/[0-9][0-9]_*.py"

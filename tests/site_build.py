@@ -2,8 +2,8 @@
 
 The build takes minutes, so it starts in the background as soon as a session has
 collected a test that needs it (:func:`start`), and runs beside the other tests;
-the ``built_site`` fixture waits for it (:func:`wait`).  Under pytest-xdist every
-worker shares the one build.  After it, the same process builds again over it, as a
+the ``built_site`` fixture waits for it (:func:`wait`).  Under pytest-xdist the
+controller starts it and every worker shares it.  After it, the same process builds again over it, as a
 maintainer's second ``nox -s docs`` does, and writes what that rebuild did to
 ``rebuild.json`` for the test of it.
 
@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -136,7 +137,8 @@ _STARTED: dict[str, subprocess.Popen] = {}
 
 def start(shared: Path) -> bool:
     """Start the build into ``shared/site`` in the background, unless a process of this
-    session did already; True if this call started it."""
+    session did already; True if this call started it.  The process that calls it must
+    call :func:`stop` before it ends (pytest's controller does, in tests/conftest.py)."""
     try:
         fd = os.open(shared / "started", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
     except FileExistsError:
@@ -151,6 +153,9 @@ def start(shared: Path) -> bool:
     )
     log.close()
     _STARTED[str(shared)] = proc
+    # Collect its exit as soon as it comes: the other processes of the session, which
+    # watch its pid, then see a build that died, not a zombie that still answers.
+    threading.Thread(target=proc.wait, name="site-build-reaper", daemon=True).start()
     os.write(fd, str(proc.pid).encode())
     os.close(fd)
     return True

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from pathlib import Path
 
 import pytest
+import site_build
 
 pytestmark = pytest.mark.site
 
@@ -105,10 +107,17 @@ def test_downloads_py_and_ipynb(page):
         assert (html_dir / "lessons" / "03_real_kernels" / m.group(1)).resolve().exists()
 
 
-# CONTRIBUTING.md, "Budgets": a lesson runs in at most 60 s in the CPU build on two
-# cores; the flagship, lesson 12, in at most 90 s (its issue).
-CPU_BUDGET_S = 60.0
-CPU_BUDGET_OVERRIDES_S = {"12_flash_attention": 90.0}
+def _lesson_time():
+    """docs/_ext/lesson_time.py: the budgets, and what the build's clock made of them."""
+    spec = importlib.util.spec_from_file_location(
+        "lesson_time", ROOT / "docs" / "_ext" / "lesson_time.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+lesson_time = _lesson_time()
 
 
 def _running_time(html: str) -> float | None:
@@ -119,26 +128,73 @@ def _running_time(html: str) -> float | None:
     return None if m is None else int(m.group(1)) * 60 + float(m.group(2))
 
 
+def _over_budget(html_dir: Path, pages: list[Path]) -> tuple[dict, list[str]]:
+    """The lessons of ``pages`` over their CPU budget (or not run in this build), and a
+    line per lesson with its times."""
+    clocks = lesson_time.clocks(site_build.source_tree(html_dir.parent) / "docs" / "lessons")
+    over, lines = {}, []
+    for page in pages:
+        name, running = page.stem, _running_time(page.read_text())
+        clock = clocks.get(name)
+        if not running:  # a lesson that did not run reports 0
+            over[name] = "not run in this build"
+            continue
+        if clock is None:
+            over[name] = "ran without the build's clock (docs/_ext/lesson_time.py)"
+            continue
+        own = lesson_time.own_time(running, clock)
+        limit = lesson_time.budget(name, "cpu")
+        line = f"{own:.1f} s of {limit:.0f} s (running time {running:.1f} s, clock {clock})"
+        lines.append(f"{name}: {line}")
+        if clock["mode"] != "cpu":
+            over[name] = "not a CPU build"
+        elif own > limit:
+            over[name] = line
+    return over, lines
+
+
 def test_running_time_is_parsed_and_within_the_budget(page):
-    _, html = page
-    seconds = _running_time(html)
-    assert seconds is not None, "no running time on the page"
-    # Above zero: the lesson really ran in this build (a skipped one reports 0).
-    assert 0 < seconds <= CPU_BUDGET_S, f"lesson 07 ran {seconds:.1f} s"
+    html_dir, html = page
+    assert _running_time(html), "no running time on the page (or 0 s: the lesson did not run)"
+    over, _ = _over_budget(html_dir, [html_dir / LESSON])
+    assert not over, over
 
 
 def test_every_lesson_within_the_cpu_budget(built_site):
+    """Every lesson ran in this build, each within its CPU budget
+    (``lesson_time.BUDGET_S``, docs/_ext/lesson_time.py).
+
+    The figure held to the budget is the lesson's own time, not its wall time: the
+    tests run beside the build and the machine may run other work, and on a busy
+    2-core machine lessons went over by the wall clock alone.  The build's clock
+    (``lesson_time.lesson_clock``) measures, over each lesson of this same build, the
+    time its main thread waited for a CPU and the CPU time of the build and of the
+    processes it waited for; :func:`lesson_time.own_time` takes the least of the
+    running time, the running time less that wait, and that CPU time.  Each is at
+    least what the lesson takes on a machine to itself, so a lesson that computes for
+    three times its budget on an idle machine is over by all three and fails, while
+    one that only waited for the CPU does not.
+    """
     html_dir, _ = built_site
     pages = sorted((html_dir / "lessons").glob("*/[0-9][0-9]_*.html"))
     assert len(pages) >= 5, [p.name for p in pages]
-    times = {p.stem: _running_time(p.read_text()) for p in pages}
-    assert all(t is not None for t in times.values()), times
-    over = {
-        name: t
-        for name, t in times.items()
-        if not 0 < t <= CPU_BUDGET_OVERRIDES_S.get(name, CPU_BUDGET_S)
-    }
-    assert not over, f"over the CPU budget (or not run): {over}"
+    over, lines = _over_budget(html_dir, pages)
+    assert not over, "over the CPU budget (or not run):\n" + "\n".join(
+        [*(f"{name}: {why}" for name, why in over.items()), "every lesson that ran:", *lines]
+    )
+
+
+def test_the_budget_check_fails_a_slow_lesson_and_forgives_a_wait():
+    """:func:`lesson_time.own_time` on the clocks of three made-up lessons."""
+    limit = lesson_time.budget("07_vector_add", "cpu")
+    idle_slow = {"wall_s": 3 * limit, "cpu_s": 3 * limit, "waited_s": 0.0, "mode": "cpu"}
+    assert lesson_time.own_time(3 * limit, idle_slow) > limit
+    # Twice the budget by the wall clock, half of it waiting for a CPU.
+    waited = {"wall_s": 2 * limit, "cpu_s": 0.9 * limit, "waited_s": limit, "mode": "cpu"}
+    assert lesson_time.own_time(2 * limit, waited) <= limit
+    # Work in parallel on an idle machine: more CPU time than wall time, which counts.
+    parallel = {"wall_s": 1.2 * limit, "cpu_s": 2 * limit, "waited_s": 0.0, "mode": "cpu"}
+    assert lesson_time.own_time(1.1 * limit, parallel) > limit
 
 
 def test_every_lesson_shows_its_check_widget_plots_and_downloads(built_site):
@@ -179,3 +235,33 @@ def test_records_page_lists_provenance(built_site):
     html_dir, _ = built_site
     text = (html_dir / "measurements.html").read_text()
     assert "lesson07_launch" in text and "recorded on NVIDIA" in text
+
+
+def test_pages_list_every_lesson_and_call_none_in_preparation(built_site):
+    """The landing page and the syllabus link every lesson of the gallery; no page of
+    lists says a lesson is in preparation (issue 27)."""
+    html_dir, _ = built_site
+    pages = ["index.html", "syllabus.html", "lessons/index.html"]
+    pages += [str(p.relative_to(html_dir)) for p in html_dir.glob("lessons/*/index.html")]
+    stems = [p.stem for p in sorted(ROOT.glob("gallery/*/[0-9][0-9]_*.py"))]
+    for name in pages:
+        text = (html_dir / name).read_text()
+        assert "in preparation" not in text.lower(), name
+        if name in ("index.html", "syllabus.html"):
+            missing = [s for s in stems if not re.search(rf'href="[^"]*/{s}\.html"', text)]
+            assert not missing, (name, missing)
+
+
+def test_measurements_page_states_the_settings_of_the_code(built_site):
+    import inspect
+
+    from tilebook import bench
+
+    html_dir, _ = built_site
+    text = re.sub(r"<[^>]+>", "", (html_dir / "measurements.html").read_text())
+    text = re.sub(r"\s+", " ", text)
+    measure = inspect.signature(bench.measure).parameters
+    assert f"warm-up of {measure['warmup'].default:g} ms" in text
+    assert f"about {measure['rep'].default:g} ms" in text
+    assert "20th and 80th percentiles" in text
+    assert "shown by" in text and "CPU builds" in text

@@ -188,8 +188,9 @@ def compare(
     Each row is ``{**fields, "impl": name, **measurement}``, ready for a
     :class:`Record`; its ``p20_ms``/``p80_ms`` spread is taken across the rounds,
     so it includes the drift that :mod:`tilebook.claims` must not mistake for a
-    difference.  The defaults (3 rounds of 40 ms) keep a lesson inside its time
-    budget; ``benchmarks/`` passes more.
+    difference.  The defaults (fewer and shorter rounds than
+    :func:`measure_interleaved`'s) keep a lesson inside its time budget;
+    ``benchmarks/`` passes more.
     """
     got = measure_interleaved(
         impls, rounds=rounds, bytes_moved=bytes_moved, flops=flops, warmup=warmup, rep=rep

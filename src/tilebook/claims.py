@@ -107,6 +107,16 @@ class _Claim:
     evidence: str
 
 
+def _state_class(items: list[_Claim]) -> str:
+    """The box's colour: the failure colour when a claim is contradicted, a neutral one
+    when none could be checked, else the success colour (no extra class)."""
+    if any(c.holds is False for c in items):
+        return " tb-claims-failed"
+    if items and all(c.holds is None for c in items):
+        return " tb-claims-unchecked"
+    return ""
+
+
 class Claims:
     """The claims one part of a lesson makes, each checked when it is stated.
 
@@ -177,7 +187,8 @@ class Claims:
             items.append(f'<li class="tb-claim-{cls}">{mark} {_markup(c.text)}{ev}</li>')
         caption = html.escape(self._caption())
         return (
-            f'<div class="tb-claims" data-tilebook-claims="{len(self.items)}">'
+            f'<div class="tb-claims{_state_class(self.items)}" '
+            f'data-tilebook-claims="{len(self.items)}">'
             f'<p class="tb-claims-head">Checked against the data above ({caption}):</p>'
             f"<ul>{''.join(items)}</ul></div>"
         )

@@ -118,7 +118,14 @@ def _write() -> None:
         f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{title}</title>"
         "<style>body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;"
         "padding:0 1rem;line-height:1.5}table{border-collapse:collapse}"
-        "td,th{padding:2px 8px;border-bottom:1px solid #ccc}</style></head><body>"
+        "td,th{padding:2px 8px;border-bottom:1px solid #ccc}"
+        "th{word-break:normal;overflow-wrap:normal;hyphens:manual}"
+        ".tb-table-wrap{overflow-x:auto}"
+        ".tb-claims{border-left:4px solid #0a7d3b;padding:0.2rem 0.9rem;margin:0.8rem 0}"
+        ".tb-claims.tb-claims-failed{border-left-color:#a1231b}"
+        ".tb-claims.tb-claims-unchecked{border-left-color:#8a8f98}"
+        ".tb-claim-bad{color:#a1231b;font-weight:600}"
+        "</style></head><body>"
         f"<h1>{title}</h1>{''.join(parts)}</body></html>"
     )
     try:

@@ -217,7 +217,8 @@ class Verdict:
         mark = "&#10003;" if self.ok else "&#10007;"
         body = f"<ul>{''.join(items)}</ul>" if items else ""
         return (
-            f'<div class="tb-claims tb-exercise" data-tilebook-exercise="{int(self.ok)}">'
+            f'<div class="tb-claims tb-exercise{"" if self.ok else " tb-claims-failed"}" '
+            f'data-tilebook-exercise="{int(self.ok)}">'
             f'<p class="tb-claims-head">{mark} {html.escape(self._head())}</p>{body}</div>'
         )
 

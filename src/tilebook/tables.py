@@ -7,8 +7,9 @@
           where={"impl": "tilebook"}, caption=record.caption())
 
 Each column is a row key, a ``(key, format)`` pair, or a function of the row.
-On the site the table is HTML (it fits the page: cells wrap, nothing scrolls
-sideways); ``repr`` gives aligned text for terminals and logs.
+On the site the table is HTML (cells wrap at spaces, never inside a word; a table
+wider than the page scrolls inside its own box); ``repr`` gives aligned text for
+terminals and logs.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Ahead-of-time compilation: every stage of a kernel for any GPU, on any machine.
 
 Triton can compile for a GPU that the machine does not have: it only needs the
-kernel's argument types and a target (``sm_75`` for a T4, ``sm_80`` for an
-A100, ``sm_90`` for an H100).  :func:`compile_kernel` returns a
+kernel's argument types and a target (``sm_75`` for Turing, ``sm_80`` for
+Ampere, ``sm_90`` for Hopper).  :func:`compile_kernel` returns a
 :class:`CompiledKernel` with the text of every stage (TTIR, TTGIR, LLVM IR,
 PTX, SASS), which lines of each stage came from which line of Python, and the
 resources that ``ptxas`` allocated (registers, spills) beside Triton's shared

@@ -74,7 +74,8 @@ BLOCK = (64, 64)
 #: Strides of the stride sweep, in elements.
 STRIDES = (1, 2, 4, 8, 16, 32)
 #: Elements each strided copy writes: 64 MiB of float32 written and at least as
-#: much read, beyond an H100's L2 cache, so that the figures measure HBM.
+#: much read, beyond the L2 cache of every GPU in the datasheet, so that the figures
+#: measure HBM.
 STRIDE_N = 2**24
 #: Shape of the view sweep: three inputs and one output of 256 MiB (float32).
 VIEW_SHAPE = (8192, 8192)

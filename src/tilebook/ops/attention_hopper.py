@@ -1,8 +1,9 @@
 """The flash-attention forward on Hopper (sm_90), written in Gluon: FlashAttention-3's schedule.
 
 Why a second forward.  ``flash_attention``'s Triton forward (lesson 12's kernel)
-reaches about 0.8 of cuDNN at D=128 on an H100 and an H200.  What bounds it is the
-order inside a warpgroup: a tile's softmax waits for its ``Q @ K^T`` product and its
+falls short of cuDNN at D=128 on Hopper (``benchmarks/flash_attention.py`` measures
+by how much, in the record ``bench_flash_attention``).  What bounds it is the order
+inside a warpgroup: a tile's softmax waits for its ``Q @ K^T`` product and its
 ``P @ V`` product waits for the softmax, so the tensor cores idle while the
 exponentials run (``benchmarks/notes/flash_attention.md``: without any ``exp2`` at
 all the kernel is no faster).  Triton 3.6-3.8 does not reorder that on Hopper, and
@@ -82,7 +83,7 @@ BLOCK_M = 64
 #: Key (and value) rows per tile.
 BLOCK_N = 128
 #: Key/value tiles in flight.  At D=128: 2 x 16 KB of queries, 2 x 2 x 32 KB of keys and
-#: values, 2 x 16 KB of output staging: 192 KB of the H100's 227 KB.
+#: values, 2 x 16 KB of output staging: 192 KB of the 227 KB a block may use on sm_90.
 STAGES = 2
 #: Head dimensions the Gluon forward takes (others run the Triton forward).
 HEAD_DIMS = (64, 128)

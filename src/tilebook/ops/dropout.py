@@ -64,8 +64,7 @@ def philox4x32(seed, c0):
     (the other three counter words 0): the four words ``tl.randint4x(seed, c0)``
     returns, bit for bit.  Each 32x32-bit product is one 64-bit multiply, whose
     high and low halves the round needs, instead of ``umulhi`` plus a low multiply:
-    fewer instructions per word (measured faster on an H100 in
-    ``benchmarks/dropout.py --tune``)."""
+    fewer instructions per word (``benchmarks/dropout.py --tune`` times both)."""
     seed = seed.to(tl.uint64)
     k0 = (seed & 0xFFFFFFFF).to(tl.uint32)
     k1 = ((seed >> 32) & 0xFFFFFFFF).to(tl.uint32)
@@ -374,6 +373,8 @@ def dropout(
     training
         When False, dropout is the identity and ``x`` itself is returned.
 
+    Notes
+    -----
     Inside ``torch.compile`` the call is the operator ``torch.ops.tilebook.dropout``
     (with ``seed=``: Inductor sees the kernel) or ``torch.ops.tilebook.dropout_drawn``
     (without: the seed is drawn in the graph, from the same generator).

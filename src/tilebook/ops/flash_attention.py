@@ -25,7 +25,7 @@ ids into per-tile ranges once per call (:func:`document_ranges`).
 A query that sees no key gets an output of 0, a log-sum-exp of ``+inf`` and so
 zero gradients.
 
-On an sm_90 GPU (H100, H200) the forward without documents is not :func:`_fwd_kernel`
+On Hopper (sm_90) the forward without documents is not :func:`_fwd_kernel`
 but the Gluon kernel of :mod:`tilebook.ops.attention_hopper`, which overlaps each
 tile's softmax with the previous tile's ``P @ V`` product (FlashAttention-3's
 schedule); :func:`attention_forward`'s ``gluon`` argument chooses.  Its log-sum-exp
@@ -443,7 +443,8 @@ def _kc(bm: int, bn: int, warps: int, stages: int) -> KernelConfig:
     return KernelConfig(bm, bn, warps, stages)
 
 
-#: Tuned ahead on an H100 (``benchmarks/flash_attention.py --tune``), one entry per
+#: Tuned ahead (``benchmarks/flash_attention.py --tune``; the sweeps, and the GPU they
+#: ran on, are in ``benchmarks/notes/flash_attention.md``), one entry per
 #: (compute capability, head dim, dtype, causal): the forward, the dK/dV kernel and the
 #: dQ kernel.  Windows and document masks take the causal entry (masked tiles at both
 #: ends of every row).  The D=32 and D=256 entries are compiled and checked, not tuned.
@@ -1220,6 +1221,8 @@ def flash_attention(
         ``(B, H, Nq, D)`` in q's dtype (a new contiguous tensor).  A query that sees
         no key gets 0, and zero gradients.
 
+    Notes
+    -----
     Tiles whose keys are all masked are skipped, so the time falls with the visible
     area.  Inputs are read in place when their last dimension is contiguous and
     their other strides and start are 16-byte aligned (any layout of B, H and N,

@@ -89,9 +89,10 @@ MAX_HIDDEN = 1 << 20
 #: Rows longer than this take the chunked forward (whole rows in registers start
 #: to spill past 32768 columns, as in rms_norm).  Module-level so tests can lower it.
 FWD_CHUNKED_THRESHOLD = 32768
-#: Rows longer than this take the chunked backward.  At 16384 columns whole rows
-#: spill (236 bytes) and column splits measured 1525 GB/s against 1658 chunked
-#: (H100, bf16, 2**26 elements, launchers only).
+# At 16384 columns column splits measured 1525 GB/s against 1658 chunked (H100,
+# bf16, 2**26 elements, launchers only).
+#: Rows longer than this take the chunked backward: at 16384 columns whole rows
+#: spill (236 bytes), and the chunked kernels beat column splits.
 BWD_CHUNKED_THRESHOLD = 8192
 #: Chunk widths (powers of two) of the chunked kernels; tests set them small.
 CHUNK_FWD = 16384
@@ -469,9 +470,10 @@ def _bwd_config(n_cols: int) -> tuple[int, int, int, int, int]:
 
     rms_norm's rule: short rows grouped half as far as in the forward; the grid
     holds :data:`BWD_WARPS_PER_SM` warps per SM.  No column splits: they measured
-    slower wherever whole rows fit (8192: 966 against 2249 GB/s; 4096: 1666
-    against 2250), and past that the chunked kernels beat them.
+    slower wherever whole rows fit, and past that the chunked kernels beat them.
     """
+    # Column splits against whole rows (H100, bf16): 966 against 2249 GB/s at 8192
+    # columns, 1666 against 2250 at 4096.
     block_n = 1 << (n_cols - 1).bit_length()
     if block_n in _BWD_TUNED:
         return (block_n, *_BWD_TUNED[block_n], 1)

@@ -11,21 +11,19 @@ Two kernels compute the same thing:
   epilogue overlaps the next tile's loads.  It needs 16-bit inputs whose rows are
   16-byte aligned.  Large products whose rows are not (4095 x 4093, say) are
   staged: the operands are copied to rows padded to 16 bytes, the kernel writes a
-  padded output, and that is copied back (on an H100, 418 us in all for 4095 x
-  4097 x 4093 where cuBLAS took 873 and the pointer kernel 1101).  Everything
-  else takes the pointer kernel.
+  padded output, and that is copied back, for products large enough that this
+  pays (:data:`STAGE_MIN_MACS`).  Everything else takes the pointer kernel.
 
 Both visit tiles in grouped order (``GROUP_M`` rows of tiles at a time), keep
 the accumulator in float32, and apply the bias and the activation in registers
 before the single store: that fusion is what :func:`tilebook.linear_act` sells.
 
-Measured on an H100 (triton 3.6, torch 2.11, bf16, ``benchmarks/matmul.py``):
-2048 cubed 593 TFLOP/s (1.00x cuBLAS), 4096 cubed 685 to 733 (0.98 to 1.04x),
-8192 cubed 662 to 706 (0.97 to 1.03x).  The 2048-cubed product takes 29 us, about
-as long as a Python call: through the autotuner and Triton's JIT a call cost some
-70 us of host time on that machine, and call-by-call timings showed 0.33x.  So after
-the second call of a kind the compiled kernel is launched directly: 27 us of host
-time a call, against 18 for ``torch.matmul``.
+How close this comes to cuBLAS is measured, never stated: ``benchmarks/matmul.py``
+times it against ``a @ b`` on the GPU it runs on (the record ``bench_matmul``), and
+lesson 09 plots its own sweep.  A small product takes about as long on the GPU as a
+Python call through the autotuner and Triton's JIT takes on the host, so after the
+second call of a kind the compiled kernel is launched directly (host time against
+GPU time: ``benchmarks/host_overhead.py``).
 """
 
 from __future__ import annotations
@@ -278,7 +276,7 @@ _SMEM_RESERVE = 7 * 1024  # what the budget leaves of a block's shared memory
 def smem_budget_for(arch: int) -> int:
     """Bytes of operand tiles a configuration may pipeline on ``sm_<arch>``: the most
     shared memory a block may use there (:data:`tilebook.aot.TARGETS`) less a reserve
-    for barriers and the epilogue (220 KB on an H100)."""
+    for barriers and the epilogue (220 KB for sm_90)."""
     from ..aot.targets import TARGETS, parse_arch
 
     return TARGETS[parse_arch(arch)][1] - _SMEM_RESERVE
@@ -286,7 +284,7 @@ def smem_budget_for(arch: int) -> int:
 
 def _device_budget(device: torch.device) -> int:
     """:func:`smem_budget_for` the GPU of ``device`` (the code paths' capability:
-    ``TILEBOOK_ARCH`` lowers it); the interpreter keeps the H100's."""
+    ``TILEBOOK_ARCH`` lowers it); the interpreter keeps sm_90's."""
     if device.type != "cuda":
         return _SMEM_BUDGET
     return _budget_of(device.index if device.index is not None else torch.cuda.current_device())
@@ -335,7 +333,7 @@ def set_autotune(enabled: bool) -> bool:
 def prune_configs(configs, M: int, N: int, K: int, elem: int, *, budget: int | None = None) -> list:
     """The configurations the autotuner tries for an ``M x N x K`` product of
     ``elem``-byte elements: those whose pipeline fits in ``budget`` bytes of shared
-    memory (default: an H100's; launches pass their GPU's, :func:`smem_budget_for`),
+    memory (default: sm_90's; launches pass their GPU's, :func:`smem_budget_for`),
     and only the first of them for a small problem (or with :func:`set_autotune` off)."""
     # float32 doubles every tile: drop the configs that would not fit in shared memory.
     budget = _SMEM_BUDGET if budget is None else budget
@@ -573,10 +571,15 @@ def _launch_tma(a, b, c, bias, activation):
     return True
 
 
+# Development measurements behind the threshold (H100, bf16): at 2047 x 2049 x 2045
+# staging took 94 us against the pointer kernel's 200 (cuBLAS 163); at 1023 x 1025 x
+# 1021, 41 to 62 us against 42; at 4095 x 4097 x 4093, 418 us in all where cuBLAS took
+# 873 and the pointer kernel 1101.  benchmarks/matmul.py times the staged shapes again
+# on the GPU it runs on.
 #: From this many multiply-adds on (about 1625 cubed), a product whose rows are not
-#: 16-byte aligned is staged through aligned copies for the TMA kernel.  H100, bf16:
-#: at 2047 x 2049 x 2045 staging took 94 us against the pointer kernel's 200 (cuBLAS
-#: 163); at 1023 x 1025 x 1021, 41 to 62 us against 42.
+#: 16-byte aligned is staged through aligned copies for the TMA kernel; below it the
+#: copies cost more than the TMA kernel saves (the ragged shapes of the record
+#: ``bench_matmul``, written by ``benchmarks/matmul.py``).
 STAGE_MIN_MACS = 2**32
 
 

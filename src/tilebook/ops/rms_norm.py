@@ -85,15 +85,17 @@ __all__ = [
 #: the partial buffers by ``H``.  The limit only keeps the launch sizes sane.
 MAX_HIDDEN = 1 << 20
 
+# The sweep behind the two thresholds (``benchmarks/rms_norm.py --tune-long``; H100,
+# bf16, 2**26 elements, launchers): forward 2794 against 2645 GB/s chunked at 32768
+# columns, 1560 against 2603 at 65536; backward 2371 against 1585 GB/s chunked at
+# 16384, 201 against 1692 at 65536.
 #: Rows longer than this take the chunked forward.  A whole row in registers is
-#: read once and stays the fastest up to 32768 columns; at 65536 it spills.  (H100,
-#: bf16, 2**26 elements, launchers: 2794 against 2645 GB/s chunked at 32768, 1560
-#: against 2603 at 65536.)  Module-level so that tests can lower it.
+#: read once and stays the fastest up to this length; past it, it spills.
+#: Module-level so that tests can lower it.
 FWD_CHUNKED_THRESHOLD = 32768
 #: Rows longer than this take the chunked backward.  The register kernel holds
-#: ``x``, ``dy`` and the ``dweight`` accumulator: at 16384 it spills a few bytes, at
-#: 32768 640 bytes per thread and at 65536 over 2 KiB.  (Same sweep: 2371 against
-#: 1585 GB/s chunked at 16384, 201 against 1692 at 65536.)
+#: ``x``, ``dy`` and the ``dweight`` accumulator, and spills past this length (a
+#: few bytes at 16384 columns, 640 bytes per thread at 32768, over 2 KiB at 65536).
 BWD_CHUNKED_THRESHOLD = 16384
 #: Chunk widths (powers of two) of the chunked kernels.  Tests set them small to
 #: get many chunks out of short rows.

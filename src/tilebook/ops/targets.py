@@ -1,10 +1,11 @@
 """The package's kernels as ahead-of-time compile jobs for a GPU this machine lacks.
 
-A reader's GPU may be a T4 (sm_75), an A100 (sm_80) or an H100 (sm_90).  Every op
-module offers ``compile_jobs(arch, dtype=None)``: the jobs of the kernels it would
-launch on ``sm_<arch>``, with the configurations it picks there, for a few shapes
-that reach each of its kernels (short rows and long, chunked ones, say).  The jobs
-are :func:`tilebook.aot.compile_many`'s, so that one call compiles them all::
+A reader's GPU may be a Turing (sm_75: a T4), an Ampere (sm_80: an A100) or a
+Hopper (sm_90: an H100 or H200) one.  Every op module offers ``compile_jobs(arch,
+dtype=None)``: the jobs of the kernels it would launch on ``sm_<arch>``, with the
+configurations it picks there, for a few shapes that reach each of its kernels
+(short rows and long, chunked ones, say).  The jobs are
+:func:`tilebook.aot.compile_many`'s, so that one call compiles them all::
 
     from tilebook.aot import compile_many
     from tilebook.ops.targets import all_jobs
@@ -46,7 +47,7 @@ __all__ = [
     "recorded",
 ]
 
-#: The targets a reader is likely to have: T4, A100, H100.
+#: The architectures a reader's GPU is likely to have: Turing, Ampere and Hopper.
 TARGET_ARCHS = (75, 80, 90)
 
 _DTYPE_NAMES = {
