@@ -534,7 +534,7 @@ table(
 # %%
 # What the table says, checked on its data (a CPU without the record has
 # nothing to check them on).  For scale, the datasheet's peaks of the GPU this
-# page speaks for: :datasheet:`gpu.bf16_dense` for bf16,
+# page speaks for, :build-gpu:`name`: :datasheet:`gpu.bf16_dense` for bf16,
 # :datasheet:`gpu.tf32_dense` for tf32, :datasheet:`gpu.fp32` without tensor
 # cores.  One tile chained on itself reaches only part of a peak; the ratios
 # between paths on the same tile are the point.
