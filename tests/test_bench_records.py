@@ -95,9 +95,10 @@ def test_committed_records_carry_full_provenance():
         # every row holds what its kind of record measures: a time; registers read
         # from a compiled kernel (lesson10_binaries); the code torch.compile wrote
         # (lesson01_inductor); the binaries in Triton's cache after a call
-        # (lesson02_specialise); the error of repeated runs (lesson06_repeat)
+        # (lesson02_specialise); the error of repeated runs (lesson06_repeat); the
+        # order in which programs took tickets (lesson02_start_order)
         assert rec.rows, name
-        kinds = ("median_ms", "registers", "source", "binaries", "rel_err")
+        kinds = ("median_ms", "registers", "source", "binaries", "rel_err", "in_order")
         assert any(all(k in r for r in rec.rows) for k in kinds), name
 
 

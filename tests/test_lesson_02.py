@@ -26,6 +26,8 @@ LIFTED = [
     "stamp",
     "stamp_tiles_kernel",
     "stamp_tiles",
+    "ticket_kernel",
+    "tickets",
     "scale_kernel",
     "scale",
     "vec",
@@ -74,6 +76,37 @@ def test_the_grid_function_follows_block(lesson):
     for block in (32, 128):
         got = lesson.stamp(300, block).cpu()
         assert torch.equal(got.to(torch.int64), torch.arange(300) // block)
+
+
+@pytest.mark.parametrize("grid", [(1, 1), (3, 5), (16, 2)])
+def test_every_program_takes_one_ticket(lesson, grid):
+    got = lesson.tickets(*grid).cpu()
+    assert got.shape == grid
+    rows = experiment.start_order(got)  # raises unless the tickets are 0..n-1, each once
+    assert [r["numbering"] for r in rows] == list(experiment.NUMBERINGS)
+    assert all(r["programs"] == grid[0] * grid[1] for r in rows)
+
+
+def test_start_order_measures_the_order():
+    m, n = torch.arange(6)[:, None], torch.arange(4)[None, :]
+    by = {r["numbering"]: r for r in experiment.start_order(m + 6 * n)}
+    first, other = by["axis 0 fastest"], by["axis 1 fastest"]
+    assert first["in_order"] == 1.0 and first["same_place"] == 24 and first["median_shift"] == 0
+    assert other["in_order"] < 1.0 and other["same_place"] < 24
+    reverse = experiment.start_order(23 - (m + 6 * n))[0]
+    assert reverse["in_order"] == 0.0
+    shuffled = torch.randperm(4096, generator=torch.Generator().manual_seed(0)).view(64, 64)
+    for r in experiment.start_order(shuffled):  # a random order: one half, within the spread
+        assert abs(r["in_order"] - 0.5) < 4 * r["chance_sd"]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [torch.zeros(2, 2, dtype=torch.int32), torch.arange(4.0).view(2, 2), torch.arange(4)],
+)
+def test_start_order_refuses_what_is_not_one_ticket_each(bad):
+    with pytest.raises(ValueError, match="ticket"):
+        experiment.start_order(bad)
 
 
 def test_the_lesson_s_table_of_calls_is_complete(lesson):
@@ -129,6 +162,10 @@ def test_committed_records_match_the_lesson(lesson):
     assert spec.values("call") == list(lesson.NEW)
     assert [bool(r["new"]) for r in spec.rows] == list(lesson.NEW.values())
     assert first.values("call") == ["compile", "disk cache", "later call"]
+    order = load_record("lesson02_start_order", RECORDS_DIR)
+    if order is not None:  # recorded by the lesson's GPU run since it measures the order
+        assert order.values("numbering") == list(experiment.NUMBERINGS)
+        assert {"in_order", "chance_sd", "same_place", "median_shift"} <= set(order.rows[0])
 
 
 @pytest.mark.gpu
@@ -141,3 +178,12 @@ def test_the_calls_compile_what_the_lesson_says(lesson):
     first = {r["call"]: r for r in timed}
     assert first["compile"]["median_ms"] > first["disk cache"]["median_ms"]
     assert first["disk cache"]["median_ms"] > first["later call"]["median_ms"]
+    assert experiment.binaries(lesson.scale_kernel) == 1  # first_calls emptied the cache
+
+
+@pytest.mark.gpu
+def test_a_gpu_starts_programs_mostly_in_linear_order(lesson):
+    by = {r["numbering"]: r for r in experiment.start_order(lesson.tickets(128, 128))}
+    first, other = by["axis 0 fastest"], by["axis 1 fastest"]
+    assert first["in_order"] > 0.5 + 6 * first["chance_sd"]
+    assert first["in_order"] > other["in_order"] + 6 * first["chance_sd"]

@@ -39,6 +39,7 @@ LIFTED = [
     "smallest_k",
     "lowering",
     "chain_kernel",
+    "STYLE",
 ]
 
 
@@ -121,6 +122,33 @@ def test_chain_kernel_bf16_accumulator_on_a_gpu(lesson):
         lesson.chain_kernel[(1,)](a, b, c, 4096, M=64, STEP=16, ACC=acc)
         ratio[acc] = _rel(c, exact) / _rel(exact.bfloat16(), exact)
     assert ratio[tl.float32] < 1.5 and ratio[tl.bfloat16] > 2
+
+
+def test_the_accumulator_plot_tells_fp16_from_bf16(lesson):
+    """Two settings whose errors coincide (fp16 -> fp32 and bf16 -> fp32 on a GPU)
+    must both stay visible: a line drawn over another differs in dash and marker."""
+    fp16, bf16 = lesson.STYLE["fp16"], lesson.STYLE["bf16"]
+    assert fp16["linestyle"] != bf16["linestyle"] and fp16["marker"] != bf16["marker"]
+    assert bf16.get("markerfacecolor") == "none"  # an open marker shows the one below
+
+
+def test_a_figure_the_lesson_draws_carries_its_provenance():
+    import matplotlib.pyplot as plt
+
+    from tilebook.plots import caption_figure, run_caption
+
+    caption = run_caption()
+    if tilebook.is_gpu():
+        assert caption.startswith("measured live on ")
+    else:
+        assert caption.startswith("computed under Triton's interpreter on a CPU")
+    assert f"triton {triton.__version__}" in caption
+    fig, _ = plt.subplots()
+    assert caption_figure(fig, caption) is fig
+    assert caption.split(",")[0] in "".join(t.get_text() for t in fig.texts)
+    with pytest.raises(ValueError, match="where the data came from"):
+        caption_figure(fig, " ")
+    plt.close(fig)
 
 
 def test_the_timed_tile_is_the_experiments(lesson):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import inspect
 import math
+import re
 import textwrap
 
 import pytest
@@ -236,6 +237,17 @@ def test_tl_sum_lowers_to_the_three_levels(lesson):
         assert shuffles == math.log2(32 * w)
         assert k.count(r"\badd\.f32", "ptx") == 1024 // (32 * w) - 1 + shuffles
         assert (k.count(r"\bbar\.sync", "ptx") > 0) == (w > 1)
+        # What the lesson says of its listing: each add is credited to the tl.sum line,
+        # to Triton's library (its combine function), or to both, never to another line.
+        ptx = k.stage("ptx").splitlines()
+        adds = {n for n, text in enumerate(ptx, 1) if re.search(r"\badd\.f32", text)}
+        assert len(adds) == k.count(r"\badd\.f32", "ptx")
+        listed = {line.number for line in k.lines_for("tl.sum(x", "ptx")}
+        index = k.line_index("ptx")
+        library = {n for loc, ns in index.items() if loc[0] != k.kernel_file for n in ns}
+        assert adds <= listed | library
+        mine = {n for loc, ns in index.items() if loc[0] == k.kernel_file for n in ns}
+        assert not (adds & mine) - listed  # no add belongs to another line of the kernel
 
 
 @pytest.mark.gpu

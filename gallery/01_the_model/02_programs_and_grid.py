@@ -22,7 +22,8 @@ call costs.
 - what ``tl.constexpr`` controls;
 - grids of one, two and three axes, ``triton.cdiv``, and a grid that is a
   function of the meta-parameters;
-- ``tl.program_id``, ``tl.num_programs``, and the order programs start in;
+- ``tl.program_id``, ``tl.num_programs``, and the order programs start in,
+  observed with an atomic counter;
 - how many binaries a set of calls creates, and what a first call costs.
 
 The package's :func:`tilebook.vector_add` launches with a grid function like
@@ -51,6 +52,11 @@ from tilebook.widgets_grid import GridExplorer, ownership_figure
 
 print(tilebook.banner())
 DEVICE = tilebook.device()
+
+
+def no_record():
+    return say("No GPU record of this is committed yet: run the lesson on a GPU.")
+
 
 # %%
 # Programs that sign their work
@@ -165,8 +171,9 @@ except TritonError as exc:  # a compile error on a GPU, an interpreter error on 
 # ``tl.program_id(1)`` the column.  A third axis usually counts something
 # independent, such as the matrices of a batch.  ``tl.num_programs(axis)`` is
 # the grid's size along an axis.  This kernel stores, over its tile, its
-# position in the order the GPU starts programs: the axis 0 index changes
-# fastest, then axis 1, then axis 2.
+# program's *linear index*, the number CUDA gives a program of the grid: the
+# axis 0 index counts fastest, then axis 1, then axis 2.  (Whether programs
+# also start in that order is for the GPU to say: we ask it further down.)
 #
 # ``rows[:, None]`` and ``cols[None, :]`` turn two vectors of positions into a
 # ``BLOCK_M x BLOCK_N`` tile of positions (lesson 04 explains this
@@ -205,10 +212,8 @@ fig = ownership_figure(
 )
 
 # %%
-# Each tile shows the position of its program in the launch order.  Numbered
-# down the columns, not along the rows: axis 0 is the fastest, and here axis 0
-# counts rows of tiles.  Lesson 09 turns this order into a tool (programs that
-# start together share what the :term:`L2` cache holds).
+# Each tile shows its program's linear index.  Numbered down the columns, not
+# along the rows: axis 0 counts fastest, and here axis 0 counts rows of tiles.
 #
 # With a third axis of two, the same kernel stamps two matrices, the second
 # numbered after every program of the first:
@@ -219,10 +224,11 @@ for b in range(2):
     print(f"matrix {b}: programs {low} to {high}")
 
 # %%
-# The maps above come from the kernel; the arithmetic must agree.  A tile's
-# program is ``pid_m + pid_n * grid_0`` (plus whole matrices for the batch).
+# The maps above come from the kernel's ``tl.program_id`` and
+# ``tl.num_programs``; the arithmetic must agree.  A tile's program is
+# ``pid_m + pid_n * grid_0`` (plus whole matrices for the batch).
 
-check = CorrectnessReport("launch order vs pid_m + pid_n * grid_0")
+check = CorrectnessReport("linear index vs pid_m + pid_n * grid_0")
 for m_, n_, bm, bn in ((40, 72, 16, 16), (7, 100, 8, 32), (64, 64, 32, 16)):
     g = (triton.cdiv(m_, bm), triton.cdiv(n_, bn))
     got = stamp_tiles(m_, n_, bm, bn, (*g, 2), batch=2)
@@ -233,15 +239,131 @@ for m_, n_, bm, bn in ((40, 72, 16, 16), (7, 100, 8, 32), (64, 64, 32, 16)):
 check.assert_ok()
 
 # %%
+# The order programs start in
+# ---------------------------
+# The linear index is a number; the order in which programs *start* is the
+# GPU's business, and nothing above observed it.  To see it, each program
+# takes a ticket as it starts.  ``tl.atomic_add(ptr, value)`` adds ``value``
+# to the number at ``ptr`` in one indivisible step and returns the number it
+# found there: with a counter at zero, the first program to get there gets 0,
+# the next 1, and no two get the same.  Each program stores its ticket at its
+# place in a ``grid_0 x grid_1`` matrix.  (Lesson 06 sums with atomics.)
+
+
+@triton.jit
+def ticket_kernel(counter_ptr, tickets_ptr):
+    ticket = tl.atomic_add(counter_ptr, 1)  # the first thing a program does
+    pid_m = tl.program_id(axis=0)
+    pid_n = tl.program_id(axis=1)
+    tl.store(tickets_ptr + pid_m * tl.num_programs(1) + pid_n, ticket)
+
+
+def tickets(grid_0, grid_1):
+    counter = torch.zeros(1, dtype=torch.int32, device=DEVICE)
+    out = torch.full((grid_0, grid_1), -1, dtype=torch.int32, device=DEVICE)
+    ticket_kernel[(grid_0, grid_1)](counter, out)
+    return out
+
+
+# %%
+# :func:`tilebook.experiments.programs.start_order` checks that every program
+# took one ticket, then compares the tickets with two numberings of the grid:
+# the linear index (axis 0 fastest) and its transpose (axis 1 fastest).  Its
+# measure is the fraction of all pairs of programs whose tickets come in the
+# order of their numbers: 1 when the programs start exactly in that order,
+# near one half when the order has nothing to do with it (with the spread of
+# a random order beside it).  A GPU starts many programs at once, so their
+# tickets are shuffled among those that start together; a grid of many times
+# more programs than fit on the GPU at once shows the order beyond that.
+
+GRID = tilebook.pick(gpu=(128, 128), cpu=(8, 8))
+here = experiment.start_order(tickets(*GRID))
+order = record_or_measure(
+    "lesson02_start_order",
+    "ticket_kernel: the order in which a grid's programs took their tickets",
+    lambda: here,
+)
+ORDER = {
+    "numbering": "numbering",
+    "programs": "programs",
+    "pairs in order": ("in_order", "{:.3f}"),
+    "random order": lambda r: f"0.5 ± {r['chance_sd']:.3f}",
+    "ticket = number": "same_place",
+    "median |ticket - number|": ("median_shift", "{:,.0f}"),
+}
+table(order.rows, ORDER, caption=order.caption()) if order else no_record()
+
+# %%
+# A fraction of pairs beyond six standard deviations of a random order's is
+# not chance (a random order gets there about once in a billion).
+
+SURE = 6
+start = Claims("02 the grid", order)
+fit = {r["numbering"]: r for r in order.rows} if order else {}
+if order:
+    first, other = fit["axis 0 fastest"], fit["axis 1 fastest"]
+    margin = SURE * first["chance_sd"]
+    start.check(
+        "Programs start mostly in the order of their linear index, beyond chance",
+        first["in_order"] > 0.5 + margin,
+        f"{first['in_order']:.3f} of pairs in order; chance stays below "
+        f"{0.5 + margin:.3f}",
+    )
+    start.check(
+        "The linear index fits the start order better than its transpose",
+        first["in_order"] > other["in_order"] + margin,
+        f"{first['in_order']:.3f} against {other['in_order']:.3f}",
+    )
+else:
+    start.check("Programs start mostly in the order of their linear index", False)
+start
+
+# %%
+
+exact = [r["numbering"] for r in here if r["same_place"] == r["programs"]]
+best = max(order.rows, key=lambda r: r["in_order"]) if order else None
+if tilebook.is_interpreter():
+    gpu = "No GPU has recorded its order yet."
+    if best:
+        gpu = "The record above, of {}, has them start mostly {}{}."
+        gpu = gpu.format(
+            order.provenance.get("gpu", "a GPU"),
+            f"in the order of ``{best['numbering']}``",
+            "" if exact == [best["numbering"]] else ": not the interpreter's order",
+        )
+    shown = say(
+        "Under the interpreter, which ran this page, the {n} programs took their "
+        "tickets {how}: it runs one program at a time, in loops over the axes.  "
+        "{gpu}  A kernel must not depend on the order its programs run in.",
+        n=here[0]["programs"],
+        how=f"exactly in the order of ``{exact[0]}``" if exact else "in no fixed order",
+        gpu=gpu,
+    )
+else:
+    shown = say(
+        "Of the {n:,} programs, {same:,} took exactly the ticket of their linear "
+        "index, and half took one within {shift:,.0f} of it: programs that start "
+        "together race for the counter.",
+        n=fit["axis 0 fastest"]["programs"],
+        same=fit["axis 0 fastest"]["same_place"],
+        shift=fit["axis 0 fastest"]["median_shift"],
+    )
+shown
+
+# %%
+# Lesson 09 turns this order into a tool (programs that start together share
+# what the :term:`L2` cache holds).
+#
 # Turning the knobs
 # -----------------
 # The grid explorer cuts a matrix into tiles for any sizes, and numbers each
-# tile by the program that owns it, in launch order; "programs started" shows
-# only the first programs to start.  Two grid rules are wrong: rounding the
-# division down (``M // BLOCK_M``) drops the ragged last row or column of tiles,
-# and a grid whose axes are swapped against the kernel's (``(cdiv(N, BLOCK_N),
-# cdiv(M, BLOCK_M))`` for a kernel that reads axis 0 as rows) leaves some tiles
-# unowned and starts programs outside the matrix.  The explorer's arithmetic is
+# tile by the linear index of the program that owns it; "programs started"
+# shows only the first programs, taking the linear index as the start order
+# (a GPU need not follow it exactly: see above).  Two grid rules are wrong:
+# rounding the division down (``M // BLOCK_M``) drops the ragged last row or
+# column of tiles, and a grid whose axes are swapped against the kernel's
+# (``(cdiv(N, BLOCK_N), cdiv(M, BLOCK_M))`` for a kernel that reads axis 0 as
+# rows) leaves some tiles unowned and starts programs outside the matrix.  The explorer's arithmetic is
 # checked against the kernel itself: for each of the three rules at the sizes
 # below, the map ``stamp_tiles_kernel`` writes is the explorer's.
 
@@ -314,7 +436,7 @@ spec = record_or_measure(
     "scale_kernel: binaries in Triton's cache after each call",
     lambda: experiment.specialisations(scale_kernel, CALLS),
 )
-NO_RECORD = say("No GPU record of this is committed yet: run the lesson on a GPU.")
+held = experiment.binaries(scale_kernel)  # after the table's calls (None: interpreter)
 if spec is not None:
     shown = table(
         spec.rows,
@@ -327,7 +449,7 @@ if spec is not None:
         caption=spec.caption(),
     )
 else:
-    shown = NO_RECORD
+    shown = no_record()
 shown
 
 # %%
@@ -362,7 +484,15 @@ for label, compiled in NEW.items() if spec else []:
     got = bool(spec.one(call=label)["new"])
     verb = "compiles a new binary" if compiled else "reuses a binary"
     rules.check(f"{label}: {verb}", got == compiled, f"new binaries: {int(got)}")
-rules if spec else NO_RECORD
+if spec:
+    last, added = spec.rows[-1]["binaries"], sum(r["new"] for r in spec.rows)
+    rules.check(
+        "After the calls the cache holds one binary per new binary of the table",
+        last == added and held in (None, last),
+        f"last row: {last}, new binaries: {added}"
+        + ("" if held is None else f", this process's cache: {held}"),
+    )
+rules if spec else no_record()
 
 # %%
 # Divisibility by 16 is worth a binary because it changes the code.  A length
@@ -370,7 +500,7 @@ rules if spec else NO_RECORD
 # or all outside, so the mask is the same for each group of four floats and a
 # thread may load them with one 16-byte instruction.  Without that knowledge
 # every element needs its own load.  :func:`tilebook.aot.compile_many` compiles
-# ``scale_kernel`` both ways for an H100:
+# ``scale_kernel`` both ways for Hopper (``sm_90``):
 
 SIG = {"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "alpha": "fp32"}
 builds = compile_many(
@@ -424,7 +554,7 @@ if first is not None:
         caption=first.caption(),
     )
 else:
-    shown = NO_RECORD
+    shown = no_record()
 shown
 
 # %%
@@ -445,7 +575,7 @@ if first is not None:
         vs_later.faster,
         vs_later.evidence("a later call", "the disk cache"),
     )
-first_claims if first else NO_RECORD
+first_claims if first else no_record()
 
 # %%
 
@@ -461,7 +591,7 @@ if first is not None:
         x=compile_row["median_ms"] / later["median_ms"],
     )
 else:
-    shown = NO_RECORD
+    shown = no_record()
 shown
 
 # %%
@@ -478,9 +608,15 @@ if tilebook.is_interpreter():
 else:
     count = experiment.binaries(scale_kernel)
     shown = say(
-        "In this process ``scale_kernel`` now holds {count} {noun}.",
+        "The calls of the table left ``scale_kernel`` holding {held} binaries, as its "
+        "last row says.  To make a call compile, ``first_calls`` empties that cache "
+        "before each of its {rounds} rounds, so the kernel now holds {count} {noun}: "
+        "{what}.",
+        held=held,
+        rounds=compile_row["samples"] if first else 0,
         count=count,
         noun="binary" if count == 1 else "binaries",
+        what="the timed call's alone" if count == 1 else "those of the timed calls",
     )
 shown
 

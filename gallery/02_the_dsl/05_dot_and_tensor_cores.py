@@ -38,6 +38,7 @@ on ``tl.dot``; the measurement of this lesson is
 
 import tilebook
 
+import itertools
 import re
 import textwrap
 from collections import Counter
@@ -55,7 +56,7 @@ from tilebook.bench import record_or_measure
 from tilebook.check import CorrectnessReport
 from tilebook.claims import Claims, speedup
 from tilebook.experiments import dot as experiment
-from tilebook.plots import house_style, no_record_message
+from tilebook.plots import caption_figure, house_style, no_record_message, run_caption
 from tilebook.prose import say
 from tilebook.tables import table
 from tilebook.widgets_dot import DotExplorer
@@ -149,9 +150,10 @@ report.assert_ok()
 # What it becomes
 # ---------------
 # Lesson 03 compiled kernels ahead of time for GPUs the machine does not have.
-# One :func:`~tilebook.aot.compile_many` call compiles ``tile_dot_kernel`` for a
-# T4 (``sm_75``), an A100 (``sm_80``) and an H100 (``sm_90``), for each kind of
-# input, and on the H100 for a few tiles and warp counts.  A
+# One :func:`~tilebook.aot.compile_many` call compiles ``tile_dot_kernel`` for
+# Turing (``sm_75``, a T4's), Ampere (``sm_80``, an A100's) and Hopper
+# (``sm_90``, an H100's or H200's), for each kind of input on Hopper, and there
+# for a few tiles and warp counts.  A
 # setting is named ``inputs -> accumulator``; the table shows the :term:`SASS`
 # instruction the dot became, and how many times it appears in the SASS
 # (the code each warp runs: a program runs it once per warp).
@@ -233,7 +235,7 @@ table(
 #   ``64 x 16`` by ``16 x 64``).  On ``sm_80`` it is Ampere's :term:`mma`,
 #   ``HMMA``, one warp at a time on a much smaller piece (``HMMA.16816`` is
 #   ``M = 16, N = 8, K = 16``), so a program runs many more of them.  On
-#   ``sm_75`` this Triton leaves the T4's tensor cores unused: even fp16
+#   ``sm_75`` this Triton leaves Turing's tensor cores unused: even fp16
 #   becomes a loop of ``FFMA``, one multiply-add per instruction.
 # - **The dtypes.** float32 inputs with ``"ieee"`` never touch the tensor
 #   cores.  With the default, ``"tf32"``, they do (``.TF32``), and
@@ -242,7 +244,7 @@ table(
 #   the tensor core adds into an fp16 accumulator.
 # - **The tile and the warps.** wgmma needs whole warpgroups and 64 rows of
 #   the tile for each.  The same fp16 tile on two warps, or a tile of 32 rows
-#   on four, gets Ampere's ``HMMA`` on the H100.
+#   on four, gets Ampere's ``HMMA`` on Hopper.
 #
 # Two settings do not compile at all: ``K = 8``, below the smallest ``K`` that
 # Triton's NVIDIA backend accepts, and fp8 e4m3 below ``sm_89``.  The lines of
@@ -392,26 +394,52 @@ table(
         "error vs float64": ("err", "{:.1e}"),
         "error / rounding the exact product": ("ratio", "{:.1f}"),
     },
-    caption=f"one program, M = N = {MN}, relative error; this page's run",
+    caption=f"one program, M = N = {MN}, relative error; {run_caption()}",
 )
 
 # %%
+# The same, drawn: a colour for each setting, solid lines and filled dots for
+# fp16 inputs, dashed lines and open squares for bf16, so that lines that fall
+# on each other stay visible.
 
+STYLE = {
+    "fp16": {"marker": "o", "linestyle": "-"},
+    "bf16": {
+        "marker": "s",
+        "linestyle": "--",
+        "markerfacecolor": "none",
+        "markersize": 9,
+    },
+}
+SAME = 0.1  # lines whose ratios differ by less than this overlap on the log axis
+by = {(r["pair"], r["K"]): r["ratio"] for r in acc_rows}
+settings = list(dict.fromkeys(r["pair"] for r in acc_rows))
 with house_style():
     fig, ax = plt.subplots()
-    for pair in dict.fromkeys(r["pair"] for r in acc_rows):
-        pts = [r for r in acc_rows if r["pair"] == pair]
-        ax.plot(
-            [r["K"] for r in pts], [r["ratio"] for r in pts], marker="o", label=pair
-        )
-    ax.axhline(WRONG, color="0.4", linestyle="--", linewidth=1.2, label="wrong above")
+    for pair in settings:
+        ratios = [by[pair, k] for k in KS]
+        ax.plot(KS, ratios, label=pair, **STYLE[pair.split(" ->")[0]])
+    ax.axhline(WRONG, color="0.4", linestyle=":", linewidth=1.2, label="wrong above")
     ax.set(xscale="log", yscale="log", xlabel="K", ylabel="error / rounding")
     ax.set_title("The accumulator's dtype over a long K")
     ax.legend(loc="best")
+    caption_figure(fig, run_caption())
+apart = {
+    (p, q): max(abs(by[p, k] / by[q, k] - 1) for k in KS)
+    for p, q in itertools.combinations(settings, 2)
+}
+overlap = {pq: d for pq, d in apart.items() if d < SAME}
+coinciding = [f"``{p}`` and ``{q}``" for p, q in overlap]
+say(
+    "On the plot the lines of {lines} lie on each other: at every ``K`` {their} "
+    "ratios to the rounding differ by at most {d:.0%}.",
+    lines=", and those of ".join(coinciding) + ("," if len(coinciding) > 1 else ""),
+    their="their" if len(coinciding) == 1 else "each pair's",
+    d=max(overlap.values()),
+) if overlap else None
 
 # %%
 
-by = {(r["pair"], r["K"]): r["ratio"] for r in acc_rows}
 worst32 = max(r["ratio"] for r in acc_rows if r["pair"].endswith("fp32"))
 accum = Claims("05 tl.dot", HERE)
 accum.check(
@@ -481,11 +509,20 @@ if paths is None:
 rows = {r["path"]: r for r in paths.rows} if paths else {}
 vs = {p: speedup(r, rows["fp32 ieee"]) for p, r in rows.items()}
 err = {p: r["err"] for p, r in rows.items()}
+# The instruction of each path, for the architecture of the GPU that timed it
+TIMED = round(10 * float(paths.provenance.get("capability", 9.0))) if paths else 90
+missing = [(TIMED, f"{p} -> fp32", TILE) for p in rows]
+missing = [s for s in missing if s not in ops]
+if missing:  # not timed on Hopper: compile its own architecture too
+    compiled.update(
+        compile_many({label(s): job(*s) for s in missing}, kernel=tile_dot_kernel)
+    )
+    ops.update({s: dot_ops(compiled[label(s)]) for s in missing})
 table(
     list(rows.values()),
     {
         "path": "path",
-        "instruction": lambda r: ops[90, f"{r['path']} -> fp32", TILE][0][0],
+        "instruction": lambda r: ops[TIMED, f"{r['path']} -> fp32", TILE][0][0],
         "error vs float32 data": ("err", "{:.1e}"),
         "the dot's own error": ("err_dot", "{:.1e}"),
         "TFLOP/s": ("tflops", "{:,.0f}"),
@@ -496,11 +533,11 @@ table(
 
 # %%
 # What the table says, checked on its data (a CPU without the record has
-# nothing to check them on).  For scale, the datasheet's peaks:
-# :datasheet:`h100.bf16_dense` for bf16, :datasheet:`h100.tf32_dense` for
-# tf32, :datasheet:`h100.fp32` without tensor cores.  One tile chained on
-# itself reaches only part of a peak; the ratios between paths on the same
-# tile are the point.
+# nothing to check them on).  For scale, the datasheet's peaks of the GPU this
+# page speaks for, :build-gpu:`name`: :datasheet:`gpu.bf16_dense` for bf16,
+# :datasheet:`gpu.tf32_dense` for tf32, :datasheet:`gpu.fp32` without tensor
+# cores.  One tile chained on itself reaches only part of a peak; the ratios
+# between paths on the same tile are the point.
 
 tc = [p for p in rows if p not in ("fp32 ieee", "fp32 tf32x3")]
 fp8 = [p for p in rows if p.startswith("fp8")]
@@ -565,7 +602,7 @@ rates
 # fp8 on Hopper.  e4m3 keeps 3 bits of mantissa and 4 of exponent, e5m2 2 and
 # 5 (more range, for gradients).  ``QGMMA`` takes twice the ``K`` of a 16-bit
 # wgmma per instruction, hence a floor of 32 on ``K``, and the datasheet
-# doubles the rate, :datasheet:`h100.fp8_dense`.  The price is in the inputs,
+# doubles the rate, :datasheet:`gpu.fp8_dense`.  The price is in the inputs,
 # which keep only a few bits each.  On ``sm_90`` Triton also lets the tensor
 # core add fp8 products with fewer bits than float32, unless ``tl.dot``'s
 # ``max_num_imprecise_acc`` asks for a true float32 sum every so many steps:
@@ -575,7 +612,8 @@ rates
 # -------------------
 # Every setting of target, dtypes and tile: the instruction (compiled on this
 # page, or given by the rule that every compile here obeys), the accumulator,
-# the error to expect and, for the timed tile on the H100, the measured rate.
+# the error to expect and, for the timed tile on the GPU that timed it, the
+# measured rate.
 # Settings that do not compile or lose accuracy are marked *wrong*, the FMA
 # loop *slow*.
 
@@ -616,15 +654,15 @@ def explore(arch, inputs, tile):
     if path in rows:
         e = f"{err[path]:.1e} against float64 of the float32 data (timed tile)"
         r["error"] = f"{r['error']}; {e}" if "error" in r else e
-        if arch == 90 and tile == TILE:
+        if arch == TIMED and tile == TILE:
             r["rate"] = f"{rows[path]['tflops']:,.0f} TFLOP/s"
             if how != "FMA":
                 r["rate"] += f", {vs[path].ratio:.1f} times the FMA loop"
-    r.setdefault("rate", "measured for the timed tile on sm_90 only")
+    r.setdefault("rate", f"measured for the timed tile on sm_{TIMED} only")
     if how == "FMA":
         r["slow"] = "every product is a separate instruction on the ordinary units"
     elif how == "HMMA" and arch >= 90:
-        r["note"] = "Ampere's mma on an H100: wgmma needs warpgroups of 64 rows"
+        r["note"] = "Ampere's mma on Hopper: wgmma needs warpgroups of 64 rows"
     return r
 
 
@@ -647,7 +685,8 @@ DotExplorer(
 # over a large output, each with the whole ``K`` in its tile, and lesson 09
 # walks ``K`` in steps with a float32 accumulator, the loop of ``chain_kernel``
 # made fast.  Both end in the package, :func:`tilebook.linear_act` and
-# :func:`tilebook.matmul`, whose tiles are chosen so that an H100 runs wgmma.
+# :func:`tilebook.matmul`, whose tiles are chosen so that Hopper (``sm_90``)
+# runs wgmma.
 #
 # Try this
 # --------

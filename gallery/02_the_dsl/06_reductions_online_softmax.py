@@ -37,6 +37,8 @@ import tilebook
 
 import itertools
 import math
+import os
+import re
 import warnings
 
 import torch
@@ -57,7 +59,11 @@ print(tilebook.banner())
 DEVICE = tilebook.device()
 # numpy, which runs the interpreter, warns where -inf meets -inf in the padding.
 warnings.filterwarnings("ignore", "invalid value", RuntimeWarning)
-NO_RECORD = say("No GPU record of this is committed yet: run the lesson on a GPU.")
+
+
+def no_record():
+    return say("No GPU record of this is committed yet: run the lesson on a GPU.")
+
 
 # %%
 # Reducing a tile
@@ -196,7 +202,7 @@ def block_sum_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 # %%
-# :func:`tilebook.aot.compile_many` compiles it for an H100 on any machine, on
+# :func:`tilebook.aot.compile_many` compiles it for Hopper (``sm_90``) on any machine, on
 # three numbers of warps, and we count in the PTX: float adds, butterfly
 # shuffles (``shfl.sync.bfly``: a thread swaps a register with the lane whose
 # index differs in one bit), stores to and loads from shared memory, and
@@ -222,15 +228,62 @@ columns = {"num_warps": "warps", "elements a thread": "per_thread"}
 table(counts, columns | {op: op for op in PTX}, caption=AOT)
 
 # %%
-# What the ``tl.sum`` line became, on the middle number of warps: its
-# shuffles, shared memory and barriers.  The adds are not among them: the PTX
-# credits them to Triton's own combine function (``return a + b``).
+# What the ``tl.sum`` line became, on the middle number of warps: the lines of
+# PTX that the compiler credits to it and that the table counts.
 
 w, e = counts[1]["warps"], counts[1]["per_thread"]
+ksum = sums[f"num_warps={w}"]
+listing = [
+    ln for ln in ksum.lines_for("tl.sum(x", "ptx") if any(op in ln.text for op in PTX)
+]
 print(f"num_warps={w}, PTX lines of the tl.sum line:")
-for line in sums[f"num_warps={w}"].lines_for("tl.sum(x", "ptx"):
-    if any(op in line.text for op in PTX):
-        print(f"{line.number:>4}  {' '.join(line.text.split())[:80]}")
+for line in listing:
+    print(f"{line.number:>4}  {' '.join(line.text.split())[:80]}")
+
+# %%
+# ``tl.sum`` is a ``@triton.jit`` function of Triton's library, and adds with
+# a combine function of its own; inlined into the kernel, its code may be
+# credited to the line that called it, to the library's lines, or to both.
+# Where this build's PTX credits the float adds:
+
+ptx = ksum.stage("ptx").splitlines()
+adds = {n for n, ln in enumerate(ptx, 1) if re.search(PTX["add.f32"], ln)}
+listed = adds & {ln.number for ln in listing}
+index = ksum.line_index("ptx")
+library = {
+    loc: adds.intersection(numbers)
+    for loc, numbers in index.items()
+    if loc[0] != ksum.kernel_file and adds.intersection(numbers)
+}
+# The library line most of whose PTX is these adds: the combine, not its callers
+combine = (
+    max(library, key=lambda c: (len(library[c]), -len(index[c]))) if library else None
+)
+combine_src = (
+    dict(ksum.sources.get(combine[0], [])).get(combine[1], "?") if combine else ""
+)
+share = "All" if listed == adds else "None" if not listed else f"{len(listed)}"
+held = len(library[combine]) if combine else 0
+them = "them" if held == len(adds) else f"{held} of them"
+say(
+    "{share} of the {total} float adds of the PTX {verb} among the lines listed{why}.",
+    share=share,
+    total=len(adds),
+    verb="is" if share == "None" else "are",
+    why=(
+        f": the PTX credits {them} to "
+        f"``{combine_src.strip()}`` (line {combine[1]} of Triton's "
+        f"{os.path.basename(combine[0])}), the combine function ``tl.sum`` adds "
+        "with, "
+        + (
+            "and to the kernel's line that called ``tl.sum`` as well"
+            if listed
+            else "and not to the kernel's line that called ``tl.sum``"
+        )
+    )
+    if combine
+    else "",
+)
 
 # %%
 # Three levels, from the data above.
@@ -265,6 +318,15 @@ lowering.check(
     "Every float add is one in a thread's registers or one after a shuffle",
     all(r["add.f32"] == r["per_thread"] - 1 + r["shfl.sync.bfly"] for r in counts),
     seen("add.f32"),
+)
+lowering.check(
+    "Every float add of the PTX belongs to the tl.sum line or to its combine function",
+    len(adds) == counts[1]["add.f32"]
+    and adds <= listed | set().union(*library.values()),
+    f"num_warps={w}: {len(adds)} adds, {len(listed)} listed, "
+    + ", ".join(
+        f"{len(v)} in {os.path.basename(f)}:{n}" for (f, n), v in library.items()
+    ),
 )
 uses = [(r["warps"] > 1) == (r["bar.sync"] > 0) == (r["st.shared"] > 0) for r in counts]
 lowering.check(
@@ -397,7 +459,7 @@ repeat = record_or_measure(
 )
 columns = {"way": "impl", "runs": "runs", "different results": "distinct"}
 columns |= {"spread": ("spread", "{:.1e}"), "worst error": ("rel_err", "{:.1e}")}
-table(repeat.rows, columns, caption=repeat.caption()) if repeat else NO_RECORD
+table(repeat.rows, columns, caption=repeat.caption()) if repeat else no_record()
 
 # %%
 
@@ -469,7 +531,7 @@ columns = {"way": "impl", "addresses": lambda r: r["slots"] or ""}
 columns |= {"programs each": lambda r: f"{r['per_address']:,}" if r["slots"] else ""}
 columns |= {"µs": lambda r: f"{1e3 * r['median_ms']:.1f}", "GB/s": ("gbps", "{:,.0f}")}
 columns |= {"against partial sums": lambda r: "" if r is ref else against(r)}
-table(cont.rows, columns, caption=cont.caption()) if cont else NO_RECORD
+table(cont.rows, columns, caption=cont.caption()) if cont else no_record()
 
 # %%
 
@@ -500,7 +562,7 @@ say(
     b=against(spread[-1]),
     rb=speedup(spread[-1], ref).ratio,
     why=QUEUE if pairs and speedup(spread[0], spread[-1]).slower else "",
-) if cont else NO_RECORD
+) if cont else no_record()
 
 # %%
 # Atomics are the simple way where the last bits do not matter (integer sums

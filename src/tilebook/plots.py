@@ -25,7 +25,15 @@ import matplotlib.pyplot as plt
 
 from .bench import Record
 
-__all__ = ["PALETTE", "house_style", "no_record_message", "plot_record", "series_colors"]
+__all__ = [
+    "PALETTE",
+    "caption_figure",
+    "house_style",
+    "no_record_message",
+    "plot_record",
+    "run_caption",
+    "series_colors",
+]
 
 # Colour-blind-safe (Okabe-Ito); tilebook's own series is always the first colour.
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442"]
@@ -188,4 +196,40 @@ def plot_record(
         # Room at the bottom for the caption's lines (a line is about 1.25 font sizes).
         line = 1.25 * CAPTION_FONTSIZE / (72 * fig.get_figheight())
         fig.tight_layout(rect=(0, 0.01 + line * len(lines), 1, 1))
+    return fig
+
+
+def run_caption() -> str:
+    """Where data that a page computes as it runs come from, for a plot's or a table's
+    caption: ``measured live on <GPU>, …`` on a GPU, ``computed under Triton's
+    interpreter on a CPU, …`` otherwise; with versions, date and commit."""
+    from .bench import Record, _short_commit, provenance
+
+    prov = provenance()
+    if prov.get("mode") == "gpu":
+        return Record("run", "this run", [], prov, live=True).caption()
+    date = str(prov.get("date", "unknown date"))[:10]
+    commit = f", commit {_short_commit(str(prov['commit']))}" if prov.get("commit") else ""
+    return (
+        f"computed under Triton's interpreter on a CPU, torch {prov.get('torch', '?')}, "
+        f"triton {prov.get('triton', '?')}, {date}{commit}"
+    )
+
+
+def caption_figure(fig, text: str):
+    """Write ``text`` (where the figure's data came from) under ``fig``, as
+    :func:`plot_record` writes a record's provenance, and make room for it.
+
+    For a figure a lesson draws itself; ``text`` is a record's
+    :meth:`~tilebook.bench.Record.caption` or :func:`run_caption`.  Returns ``fig``.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("caption_figure() needs the text that says where the data came from")
+    lines = _caption_lines(text, fig.get_figwidth(), CAPTION_FONTSIZE)
+    fig.text(
+        0.01, 0.005, "\n".join(lines),
+        fontsize=CAPTION_FONTSIZE, color="0.35", ha="left", va="bottom",
+    )  # fmt: skip
+    line = 1.25 * CAPTION_FONTSIZE / (72 * fig.get_figheight())
+    fig.tight_layout(rect=(0, 0.01 + line * len(lines), 1, 1))
     return fig

@@ -8,7 +8,9 @@
   filed it under;
 * :func:`first_calls` (GPU) times a call that compiles (a fresh cache
   directory and an empty in-memory cache), one that finds its binary in the
-  on-disk cache, and later calls that find it in memory.
+  on-disk cache, and later calls that find it in memory;
+* :func:`start_order` compares the order in which the programs of a 2-D grid
+  took tickets from one atomic counter with two ways of numbering the grid.
 
 Under the interpreter nothing is compiled: a kernel there is an
 ``InterpretedFunction`` with no binaries (:func:`binaries` returns None).
@@ -26,7 +28,15 @@ from typing import Any
 
 import torch
 
-__all__ = ["binaries", "cache_keys", "first_calls", "fresh_cache_dir", "specialisations"]
+__all__ = [
+    "NUMBERINGS",
+    "binaries",
+    "cache_keys",
+    "first_calls",
+    "fresh_cache_dir",
+    "specialisations",
+    "start_order",
+]
 
 
 def cache_keys(kernel: Any) -> list[str] | None:
@@ -157,3 +167,77 @@ def first_calls(
         _row("disk cache", disk_ms),
         _row("later call", later_ms),
     ]
+
+
+#: Two ways to number the programs of a grid ``(g0, g1)``, as functions of the
+#: index tensors ``(m, n, g0, g1)``: CUDA's (axis 0 counts fastest) and its transpose.
+NUMBERINGS: dict[str, Callable[..., torch.Tensor]] = {
+    "axis 0 fastest": lambda m, n, g0, g1: m + g0 * n,
+    "axis 1 fastest": lambda m, n, g0, g1: n + g1 * m,
+}
+
+
+def _pairs_in_order(seq: torch.Tensor, chunk: int = 2048) -> float:
+    """The fraction of pairs ``i < j`` with ``seq[i] < seq[j]`` (1 for a sorted sequence)."""
+    s = seq.flatten().to(torch.int64).cpu()
+    n = s.numel()
+    if n < 2:
+        return 1.0
+    index = torch.arange(n)
+    in_order = 0
+    for start in range(0, n, chunk):  # a block of rows of the n x n comparison at a time
+        block, rows = s[start : start + chunk, None], index[start : start + chunk, None]
+        later = (index[None, start:] > rows) & (s[None, start:] > block)
+        in_order += int(later.sum())
+    return in_order / (n * (n - 1) / 2)
+
+
+def start_order(tickets: torch.Tensor) -> list[dict[str, Any]]:
+    """Compare the tickets a 2-D grid's programs took with each of :data:`NUMBERINGS`.
+
+    ``tickets[m, n]`` is what program ``(m, n)`` got from ``tl.atomic_add(counter,
+    1)`` on a counter that started at zero: how many programs reached the atomic
+    before it, its place in the order the programs ran.  The tickets must be
+    ``0, 1, ..., g0 * g1 - 1`` in some order (the atomic gives each value once);
+    anything else raises :class:`ValueError`.
+
+    One row per numbering: ``numbering``, ``grid`` (``"g0 x g1"``), ``programs``,
+    ``in_order`` (the fraction of pairs of programs whose tickets come in the
+    order of their numbers: 1 when the tickets are the numbering, about one half
+    when unrelated to it), ``chance_sd`` (the standard deviation of ``in_order``
+    over random orders of as many programs: Kendall's), ``same_place``
+    (programs whose ticket is their number) and ``median_shift`` (the median of
+    ``|ticket - number|``, in programs).
+    """
+    if not isinstance(tickets, torch.Tensor) or tickets.dim() != 2:
+        raise ValueError("start_order() takes the (g0, g1) tensor of the grid's tickets")
+    if tickets.dtype.is_floating_point or tickets.dtype.is_complex:
+        raise ValueError(f"tickets are counts: an integer tensor, not {tickets.dtype}")
+    t = tickets.to(torch.int64).cpu()
+    g0, g1 = t.shape
+    count = g0 * g1
+    if not torch.equal(torch.sort(t.flatten()).values, torch.arange(count)):
+        raise ValueError(
+            f"the tickets of {count} programs are not 0 to {count - 1}, each once: "
+            "a program that took no ticket, or two that took the same"
+        )
+    m = torch.arange(g0)[:, None].expand(g0, g1)
+    n = torch.arange(g1)[None, :].expand(g0, g1)
+    sd = ((2 * count + 5) / (18 * count * (count - 1))) ** 0.5 if count > 1 else 0.0
+    rows = []
+    for name, number in NUMBERINGS.items():
+        num = number(m, n, g0, g1).flatten()
+        by_number = torch.empty(count, dtype=torch.int64)
+        by_number[num] = t.flatten()  # the tickets, listed in the order of the numbers
+        rows.append(
+            {
+                "numbering": name,
+                "grid": f"{g0} x {g1}",
+                "programs": count,
+                "in_order": _pairs_in_order(by_number),
+                "chance_sd": sd,
+                "same_place": int((by_number == torch.arange(count)).sum()),
+                "median_shift": float((by_number - torch.arange(count)).abs().double().median()),
+            }
+        )
+    return rows
