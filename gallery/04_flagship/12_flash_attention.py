@@ -605,7 +605,7 @@ say(held, **held_at, m=per_sm(package), g=per_sm(gluon), w=gluon.overlapped_wait
 # block mask skips tiles).  FLOPs: :math:`4 B H N_q N_k D` forward, half when causal, 2.5
 # times that backward.  Each is checked, then timed in interleaved rounds.
 
-LENGTHS, TOKENS, FLEX_AT = [1024, 4096, 16384], 16384, 4096
+LENGTHS, TOKENS, FLEX_AT = [1024, 4096], 16384, 4096  # two lengths: the time budget
 IMPLS = ["tilebook", "lesson", "sdpa_cudnn", "sdpa_flash", "flex"]
 extra = {"lesson": lambda q, k, v, causal: attention_fwd(q, k, v, causal)[0]}
 kw = {"d": 128, "heads": 16, "tokens": TOKENS, "extra": extra}
