@@ -497,9 +497,8 @@ def test_the_record_holds_the_lesson_s_grid():
     for r in rec.rows:
         assert r["p20_ms"] <= r["median_ms"] <= r["p80_ms"] and r["tflops"] > 0
         assert r["batch"] * r["n"] == 16384 and r["d"] == 128 and r["heads"] == 16
-    assert set(rec.values("impl", kernel="backward")) == {
-        "tilebook", "sdpa_cudnn", "sdpa_flash", "flex"}  # fmt: skip
-    assert rec.values("n", impl="flex") == [4096]
+    assert set(rec.values("impl", kernel="backward")) >= {"tilebook", "sdpa_cudnn", "sdpa_flash"}
+    assert set(rec.values("n", impl="flex")) <= {4096}  # records before FlexAttention moved out
 
 
 @pytest.mark.gpu

@@ -44,7 +44,7 @@ from torch.nn.attention import flex_attention as flex
 import tilebook.ops.flash_attention as fa
 from tilebook.ops import attention_hopper
 from tilebook.aot import compile_kernel, instruction_table
-from tilebook.bench import record_or_measure
+from tilebook.bench import load_record, record_or_measure
 from tilebook.check import CorrectnessReport
 from tilebook.claims import Claims, speedup
 from tilebook.datasheet import fact
@@ -599,17 +599,16 @@ say(held, **held_at, m=per_sm(package), g=per_sm(gluon), w=gluon.overlapped_wait
 # bfloat16, ``D = 128``, 16 heads, 16384 tokens at each length (the batch
 # shrinks as ``N`` grows), forward and backward (autograd), causal or not:
 # :func:`tilebook.flash_attention`; ``lesson``, this page's kernel (forward);
-# SDPA's cuDNN and FlashAttention-2 backends; ``flex``,
-# ``torch.compile(flex_attention)``, at one length and causal only (each shape
-# and mask costs a compile of its forward and backward; causal is where its
-# block mask skips tiles).  FLOPs: :math:`4 B H N_q N_k D` forward, half when causal, 2.5
+# SDPA's cuDNN and FlashAttention-2 backends.  FlexAttention is compared after
+# the plots, from the package benchmark's record: each of its shapes and masks
+# costs a cold ``torch.compile`` of its forward and backward, more than this
+# page's time budget leaves.  FLOPs: :math:`4 B H N_q N_k D` forward, half when causal, 2.5
 # times that backward.  Each is checked, then timed in interleaved rounds.
 
 LENGTHS, TOKENS, FLEX_AT = [1024, 4096], 16384, 4096  # two lengths: the time budget
-IMPLS = ["tilebook", "lesson", "sdpa_cudnn", "sdpa_flash", "flex"]
+IMPLS = ["tilebook", "lesson", "sdpa_cudnn", "sdpa_flash"]
 extra = {"lesson": lambda q, k, v, causal: attention_fwd(q, k, v, causal)[0]}
-kw = {"d": 128, "heads": 16, "tokens": TOKENS, "extra": extra}
-kw |= {"flex_at": [FLEX_AT], "flex_masks": [True]}
+kw = {"d": 128, "heads": 16, "tokens": TOKENS, "extra": extra, "impls": IMPLS}
 kw |= {"warmup": 5, "rep": 20}  # short rounds, for the page's time budget
 title = "attention, bfloat16, D=128, 16 heads, 16384 tokens: TFLOP/s by length"
 runs = record_or_measure("lesson12_lengths", title, lambda: xp.lengths(LENGTHS, **kw))
@@ -668,10 +667,22 @@ claims
 # Each baseline over the lengths, in words:
 
 names = {"lesson": "this page's kernel", "sdpa_cudnn": "cuDNN"}
-names |= {"sdpa_flash": "FlashAttention-2", "flex": "FlexAttention"}
+names |= {"sdpa_flash": "FlashAttention-2"}
 columns = {"tilebook against": "case", **{n: n for n in names.values()}}
 rows = xp.verdict_rows(runs, names) if runs is not None else []
 table(rows, columns, caption=runs.caption()) if rows else None
+
+# %%
+# FlexAttention (``torch.compile(flex_attention)``) against the package, from
+# ``benchmarks/flash_attention.py``'s record, whose caption says which GPU and
+# commit measured it: plain and causal masks, and the sliding window and
+# documents that FlexAttention is made for.  Ratio: FlexAttention's time over
+# tilebook's.
+
+bench_fa = load_record("bench_flash_attention")
+flex_rows = xp.against(bench_fa, "flex") if bench_fa is not None else []
+cols = {c: c for c in ("kernel", "shape", "verdict")} | {"ratio": ("ratio", "{:.2f}")}
+table(flex_rows, cols, caption=bench_fa.caption()) if flex_rows else None
 
 # %%
 # The package's targets at ``N = 4096`` (batch 4), least ratios of a baseline's

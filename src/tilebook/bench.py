@@ -257,6 +257,9 @@ def provenance() -> dict[str, Any]:
         info["gpu"] = props.name
         info["sm_count"] = props.multi_processor_count
         info["capability"] = f"{props.major}.{props.minor}"
+        # The code paths the ops took: lower than the capability under TILEBOOK_ARCH.
+        paths = runtime.capability()
+        info["paths"] = f"{paths[0]}.{paths[1]}" if paths else info["capability"]
     return info
 
 

@@ -47,6 +47,7 @@ __all__ = [
     "TARGETS",
     "TOL",
     "WINDOW",
+    "against",
     "block_mask",
     "causal_mod",
     "check",
@@ -438,6 +439,25 @@ def targets(rec: Record, n: int) -> list[dict[str, Any]]:
                  "ratio": g.ratio, "low": g.low, "high": g.high,
                  "spread": f"{g.low:.2f}-{g.high:.2f}", "verdict": verdict}
             )  # fmt: skip
+    return out
+
+
+def against(rec: Record, baseline: str, a: str = "tilebook") -> list[dict[str, Any]]:
+    """``a`` against ``baseline`` at every (kernel, shape) of ``rec`` where both were
+    timed: ``ratio`` (the baseline's median time over ``a``'s), ``low``/``high`` across
+    the p20-p80 spreads, and ``verdict`` (faster, slower or level, beyond the spread,
+    :func:`tilebook.claims.speedup`).  Reads the package benchmark's record
+    (``kernel`` like ``attn_fwd_window``) as well as a lesson's."""
+    out = []
+    for kernel, shape in dict.fromkeys((r["kernel"], r.get("shape")) for r in rec.rows):
+        ours = _row(rec, kernel=kernel, shape=shape, impl=a)
+        theirs = _row(rec, kernel=kernel, shape=shape, impl=baseline)
+        if ours is None or theirs is None:
+            continue
+        g = speedup(ours, theirs)
+        verdict = "faster" if g.faster else "slower" if g.slower else "level"
+        out.append({"kernel": kernel, "shape": shape, "ratio": g.ratio, "low": g.low,
+                    "high": g.high, "verdict": verdict})  # fmt: skip
     return out
 
 
