@@ -501,6 +501,24 @@ def test_the_record_holds_the_lesson_s_grid():
     assert set(rec.values("n", impl="flex")) <= {4096}  # records before FlexAttention moved out
 
 
+def test_the_page_s_sweep_passes_the_measurement_s_checks(monkeypatch):
+    """The sweep's arguments get past versus()'s checks (they run only on a GPU, where
+    a wrong list of implementations once stopped the build)."""
+    timed = ast.literal_eval(SCRIPT.node("TIMED").value)
+
+    class Reached(Exception):
+        pass
+
+    def stop(*args, **kwargs):
+        raise Reached
+
+    monkeypatch.setattr(xp, "inputs", stop)
+    with pytest.raises(Reached):
+        xp.lengths([64], tokens=64, impls=timed, extra={"lesson": None})
+    with pytest.raises(ValueError, match="sdpa_cudnn"):
+        xp.lengths([64], tokens=64, impls=(*timed, "lesson"))
+
+
 @pytest.mark.gpu
 def test_the_measurement_runs_on_a_gpu():
     rows = xp.versus(64, True, n=256, batch=1, heads=2, impls=("tilebook", "sdpa_cudnn"),
