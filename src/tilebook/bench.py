@@ -322,6 +322,13 @@ class Record:
         commit = f", commit {_short_commit(str(p['commit']))}" if p.get("commit") else ""
         return f"{verb} {where}, {versions}, {date}{commit}"
 
+    @property
+    def paths(self) -> str | None:
+        """The compute capability whose code paths the ops took (``"9.0"``): lower than
+        the GPU's under ``TILEBOOK_ARCH``; a record from before this field, its GPU's."""
+        p = self.provenance
+        return p.get("paths") or p.get("capability")
+
     def select(self, **where: Any) -> list[dict[str, Any]]:
         """Rows whose fields equal every ``key=value`` given."""
         return [r for r in self.rows if all(r.get(k) == v for k, v in where.items())]
