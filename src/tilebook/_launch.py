@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 import threading
 import warnings
 from typing import Any
@@ -56,11 +57,22 @@ try:  # host-side tensor descriptors arrived in Triton 3.4
     from triton.tools.tensor_descriptor import TensorDescriptor as _Descriptor
 except ImportError:  # pragma: no cover - depends on the installed Triton
     _Descriptor = None
-try:  # Gluon's descriptors (tilebook.ops.attention_hopper) carry a shared-memory layout
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as _GluonDescriptor
-except ImportError:  # pragma: no cover - depends on the installed Triton
-    _GluonDescriptor = None
-_DESCRIPTORS = frozenset(d for d in (_Descriptor, _GluonDescriptor) if d is not None)
+# The descriptor types a launch key takes.  Gluon's (tilebook.ops.attention_hopper; they
+# carry a shared-memory layout) joins when first seen: importing Gluon here would cost
+# every ``import tilebook`` about 0.1 s.
+_DESCRIPTORS = {_Descriptor} if _Descriptor is not None else set()
+_GLUON_HOPPER = "triton.experimental.gluon.nvidia.hopper"
+
+
+def _gluon_descriptor(kind: type) -> bool:
+    """Whether ``kind`` is Gluon's tensor descriptor (one exists only once something
+    imported Gluon); remembered in ``_DESCRIPTORS`` when it is."""
+    hopper = sys.modules.get(_GLUON_HOPPER)
+    if hopper is None or kind is not getattr(hopper, "TensorDescriptor", None):
+        return False
+    _DESCRIPTORS.add(kind)
+    return True
+
 
 _GPU = runtime.is_gpu()
 _current_device = torch.cuda.current_device
@@ -217,7 +229,7 @@ def _arg_key(value: Any):
         return (value.dtype, value.get_device(), value.data_ptr() & 15)
     if kind is int or kind is bool or kind is float or value is None:
         return (kind, value) if kind is not float else kind
-    if kind in _DESCRIPTORS and type(value.base) in PLAIN_TENSORS:
+    if (kind in _DESCRIPTORS or _gluon_descriptor(kind)) and type(value.base) in PLAIN_TENSORS:
         # Triton asks for the dtype and the block shape (and a Gluon descriptor's
         # shared-memory layout); the rest pins the layout in memory.
         base = value.base

@@ -40,6 +40,7 @@ __all__ = [
     "is_hopper",
     "is_interpreter",
     "pick",
+    "triton_version",
 ]
 
 MODE_ENV = "TILEBOOK_MODE"
@@ -178,12 +179,17 @@ def has_block_pointers() -> bool:
     have been removed in favor of the tensor descriptor API")``.  Tensor descriptors
     are what replaces them.
     """
+    return triton_version() < (3, 9)
+
+
+def triton_version() -> tuple[int, int]:
+    """The installed Triton's ``(major, minor)``: ``(3, 8)`` for 3.8.0."""
     import re
 
     import triton  # imported here: the mode is already fixed
 
     major, minor = (int(p) for p in re.findall(r"\d+", triton.__version__)[:2])
-    return (major, minor) < (3, 9)
+    return major, minor
 
 
 def pick(*, gpu: T, cpu: T) -> T:

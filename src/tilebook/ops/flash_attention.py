@@ -40,7 +40,10 @@ autotuning happens at import or during a call.
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import sys
+import types
 from dataclasses import dataclass
 
 import torch
@@ -59,12 +62,31 @@ from .._launch import (
     plain_grad,
 )
 from ..validation import check_same_dtype_device, check_tensor
-from . import attention_hopper, library
+from . import library
 
 try:  # host-side tensor descriptors arrived in Triton 3.4
     from triton.tools.tensor_descriptor import TensorDescriptor
 except ImportError:  # pragma: no cover - depends on the installed Triton
     TensorDescriptor = None
+
+
+def _lazy_module(name: str) -> types.ModuleType:
+    """``name``, executed on its first attribute access (importlib's LazyLoader)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    parent, _, child = name.rpartition(".")
+    setattr(sys.modules[parent], child, module)  # as an import would
+    return module
+
+
+# The Gluon forward imports triton.experimental.gluon, about 0.1 s that every
+# ``import tilebook`` paid: it is loaded by the first call that asks whether it applies.
+attention_hopper = _lazy_module(f"{__package__}.attention_hopper")
 
 __all__ = [
     "CONFIGS",

@@ -981,7 +981,21 @@ def traced_product(a, b, bias, activation: str, impl: str) -> torch.Tensor:
     return fused_matmul_eager_op(a, b, bias, activation, impl)
 
 
-@torch.compiler.assume_constant_result
+def _assume_constant_result(fn):
+    """Mark ``fn`` as :func:`torch.compiler.assume_constant_result` does: Dynamo calls it
+    while tracing and keeps its result as a constant, instead of tracing into it.
+
+    The public decorator imports ``torch._dynamo`` first, about 2 s that every
+    ``import tilebook`` paid, only to set this attribute, which Dynamo reads when it
+    meets the function (``tests/test_import_cost.py`` checks the two stay alike).
+    """
+    fn._dynamo_marked_constant = True
+    return fn
+
+
+# Traced code must not step into _tma_supported_on (functools.cache, CUDA queries):
+# the answer is fixed for a device and dtype, so the trace takes it as a constant.
+@_assume_constant_result
 def _tma_possible(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether an ``impl="auto"`` call on ``device`` with ``dtype`` may take the Hopper kernel."""
     return runtime.is_gpu() and dtype in _TMA_DTYPES and _tma_supported(device)
