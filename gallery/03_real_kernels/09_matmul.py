@@ -437,7 +437,7 @@ say(
 # package takes this path for 16-bit operands that have them.
 #
 # The second change is the grid: as many programs as run at once (``CTAS_PER_SM`` per
-# SM), each looping over tiles ``start, start + step, ...`` in ``tile_coords`` order.
+# SM; a CTA, a cooperative thread array, is CUDA's name for one program), each looping over tiles ``start, start + step, ...`` in ``tile_coords`` order.
 # No launch per tile, and the loads of a program's next tile can start while it
 # finishes the current one (``FLATTEN`` lets the compiler pipeline across tiles, not
 # only along ``K``).  ``A_T`` and ``B_T`` mark an operand stored transposed: its
@@ -628,7 +628,7 @@ shown
 # Hopper kernel into a padded output and copies that back, all in the table's time.
 # Other GPUs (and ``TILEBOOK_ARCH=80``) run the pointer kernel on the ragged rows.
 
-claims_sizes = Claims("09 matmul", sizes)
+claims_sizes, other_paths = Claims("09 matmul", sizes), None
 if sizes is not None:
     hopper = str(sizes.paths).startswith("9")  # the Hopper kernel and its copies ran
     one = functools.partial(sizes.one, shape="4095x4097x4093")
@@ -642,7 +642,7 @@ if sizes is not None:
         says = "tilebook, the copies included, is faster on it"
         claims_sizes.check(says, s.faster, ev)
     else:
-        say(
+        other_paths = say(
             "These figures took the paths of compute capability {paths}, without the "
             "Hopper kernel and its copies: on the ragged shape tilebook ran {how} "
             "against cuBLAS ({ev}).",
@@ -651,6 +651,9 @@ if sizes is not None:
             ev=ev,
         )
 claims_sizes
+
+# %%
+other_paths
 
 # %%
 # tilebook.linear_act: this kernel plus lesson 08's epilogue

@@ -5,7 +5,8 @@
 A kernel becomes useful to a model when autograd can differentiate through it,
 when ``torch.compile`` can keep it inside one graph, and when you can show
 where its time goes.  This lesson does all three for a small op, SwiGLU's gate
-``silu(a) * b`` (lesson 08's SiLU on lesson 07's elementwise kernel), and then
+``silu(a) * b`` (lesson 08's activation, written here with ``tl.exp``, on lesson
+07's elementwise kernel), and then
 turns to the harder question: when *not* to write Triton at all.  The answer is
 read from the course's own measurements.
 
@@ -20,7 +21,8 @@ read from the course's own measurements.
 - the profilers: ``do_bench`` and ``do_bench_cudagraph``, ``torch.profiler``,
   Triton's proton, Nsight Compute, and the IR dumps;
 - a decision tree between Triton, CUDA C++, ``torch.compile`` and a library,
-  each branch backed by a measurement from lessons 07-11.
+  each branch backed by a measurement from lessons 07-11 or the package's
+  benchmarks.
 
 The package's ops follow the same pattern: :func:`tilebook.rms_norm` is a
 ``torch.autograd.Function`` around lesson 11's kernels
@@ -45,7 +47,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from tilebook.aot import compile_kernel
 from tilebook.bench import load_record, record_or_measure
 from tilebook.check import CorrectnessReport
-from tilebook.claims import Claims, speedup, within
+from tilebook.claims import MIN_NOISE, Claims, speedup, within
 from tilebook.plots import plot_record
 from tilebook.prose import say
 from tilebook.tables import table
@@ -579,7 +581,8 @@ def leaf(key, choice):
     text = (
         f"{NAMES.get(mine, mine)} ran at {c.ratio:.2f} times the speed of "
         f"{NAMES.get(other, other)}, p20-p80 spread {c.low:.2f} to {c.high:.2f}: "
-        f"{VERDICT[verdict]} beyond the spread and the noise floor."
+        f"{VERDICT[verdict]} beyond the spread and the noise floor "
+        f"({MIN_NOISE:.0%}, the least difference a claim counts)."
     )
     return Leaf(choice, verdict, text, name, rec.caption())
 

@@ -31,7 +31,7 @@ from typing import Any
 from . import display
 from .prose import Prose, _markup
 
-__all__ = ["ClaimError", "Claims", "Comparison", "speedup", "within"]
+__all__ = ["MIN_NOISE", "ClaimError", "Claims", "Comparison", "speedup", "within"]
 
 CLAIMS_ENV = "TILEBOOK_CLAIMS"
 #: The smallest relative difference ever called real, whatever the spread says.

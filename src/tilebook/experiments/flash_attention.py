@@ -442,12 +442,18 @@ def targets(rec: Record, n: int) -> list[dict[str, Any]]:
     return out
 
 
-def against(rec: Record, baseline: str, a: str = "tilebook") -> list[dict[str, Any]]:
+def against(
+    rec: Record, baseline: str, a: str = "tilebook", *, at: str | None = None
+) -> list[dict[str, Any]]:
     """``a`` against ``baseline`` at every (kernel, shape) of ``rec`` where both were
     timed: ``ratio`` (the baseline's median time over ``a``'s), ``low``/``high`` across
     the p20-p80 spreads, and ``verdict`` (faster, slower or level, beyond the spread,
     :func:`tilebook.claims.speedup`).  Reads the package benchmark's record
-    (``kernel`` like ``attn_fwd_window``) as well as a lesson's."""
+    (``kernel`` like ``attn_fwd_window``) as well as a lesson's.
+
+    At the shape ``at`` (``"4x16x4096x128"``, where :data:`TARGETS` are set), a row of
+    a full or causal mask also gets its ``target`` and ``goal`` (``met``, ``missed`` or
+    ``inside the spread``, as :func:`targets` judges); elsewhere both are empty."""
     out = []
     for kernel, shape in dict.fromkeys((r["kernel"], r.get("shape")) for r in rec.rows):
         ours = _row(rec, kernel=kernel, shape=shape, impl=a)
@@ -456,8 +462,15 @@ def against(rec: Record, baseline: str, a: str = "tilebook") -> list[dict[str, A
             continue
         g = speedup(ours, theirs)
         verdict = "faster" if g.faster else "slower" if g.slower else "level"
+        way = "forward" if "fwd" in kernel or kernel == "forward" else "backward"
+        plain = ours.get("mask", "full") in ("full", "causal")
+        target = TARGETS.get((way, baseline)) if shape == at and plain else None
+        goal = "" if target is None else (
+            "met" if g.low >= target else "missed" if g.high < target else "inside the spread"
+        )  # fmt: skip
         out.append({"kernel": kernel, "shape": shape, "ratio": g.ratio, "low": g.low,
-                    "high": g.high, "verdict": verdict})  # fmt: skip
+                    "high": g.high, "verdict": verdict, "target": target or "",
+                    "goal": goal})  # fmt: skip
     return out
 
 
