@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import json
+import pkgutil
 import re
+from importlib import resources
 
 import pytest
 import torch
 
+import tilebook
 from tilebook.check import CorrectnessError, CorrectnessReport
-from tilebook.widgets import SweepExplorer, embed_json
+from tilebook.widgets import SweepExplorer, Widget, embed_json
 
 
 def test_report_passes_and_prints_table(capsys):
@@ -75,3 +80,28 @@ def test_sweep_widget_rejects_bad_rows():
         SweepExplorer([], ["a"], "gbps", "GB/s", caption="c")
     with pytest.raises(ValueError, match="lacks"):
         SweepExplorer([{"a": 1}], ["a"], "gbps", "GB/s", caption="c")
+
+
+def _subclasses(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _subclasses(sub)
+
+
+def test_every_widget_file_exists_and_every_file_is_used():
+    """The widgets' CSS and JavaScript ship as files of the package: none missing, none idle."""
+    modules = [
+        importlib.import_module(f"tilebook.{m.name}")
+        for m in pkgutil.iter_modules(tilebook.__path__)
+        if m.name.startswith("widgets")
+    ]
+    folder = resources.files("tilebook") / "widgets_static"
+    files = {f.name for f in folder.iterdir() if f.name.endswith((".css", ".js"))}
+    named = {"base.css", "helpers.js"}  # every widget's, named by Widget._repr_html_
+    for cls in _subclasses(Widget):
+        named |= {*cls.scripts, *cls.styles}
+    for module in modules:  # files a widget's data or script reads itself
+        named |= set(re.findall(r"""asset\(["']([^"']+)["']\)""", inspect.getsource(module)))
+    assert sorted(named - files) == [], "named by a widget, missing from widgets_static/"
+    assert sorted(files - named) == [], "in widgets_static/, used by no widget"
+    assert all((folder / name).read_text(encoding="utf-8").strip() for name in files)

@@ -26,7 +26,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from .widgets import Widget
+from .widgets import Widget, asset
 
 __all__ = [
     "GRID_RULES",
@@ -43,143 +43,6 @@ _WARP = 32  # threads in a warp on every CUDA GPU
 GRID_RULES = ("cdiv(N, BLOCK)", "N // BLOCK", "N")
 #: The grid rules of :class:`GridExplorer`, in the order shown.
 TILE_RULES = ("cdiv", "floor", "swapped axes")
-
-_CSS = """
-.tbw-tiles .tbw-strip{display:flex;height:34px;border:1px solid var(--tbw-border);
-border-radius:4px;overflow:hidden;margin:8px 0 2px 0}
-.tbw-tiles .tbw-seg{height:100%;border-right:1px solid var(--tbw-bg);min-width:1px}
-.tbw-tiles .tbw-seg.a{background:var(--tbw-accent)}
-.tbw-tiles .tbw-seg.b{background:var(--tbw-accent);opacity:.55}
-.tbw-tiles .tbw-seg.tail,.tbw-tiles .tbw-cell.none{background:repeating-linear-gradient(
-45deg,var(--tbw-wrong) 0 4px,transparent 4px 8px);opacity:.9}
-.tbw-tiles .tbw-scale{display:flex;justify-content:space-between;font-family:monospace;
-font-size:11px;color:var(--tbw-muted)}
-.tbw-tiles .tbw-facts{display:grid;grid-template-columns:repeat(auto-fit,minmax(15em,1fr));
-gap:2px 16px;margin:6px 0;font-size:13px}
-.tbw-tiles .tbw-facts b{font-family:monospace}
-.tbw-tiles .tbw-map{display:grid;gap:1px;margin:8px 0;max-width:100%;
-background:var(--tbw-border);border:1px solid var(--tbw-border);width:max-content}
-.tbw-tiles .tbw-cell{display:flex;flex-direction:column;align-items:center;
-justify-content:center;font-family:monospace;font-size:10px;line-height:1.15;
-background:var(--tbw-bg);color:var(--tbw-fg);overflow:hidden}
-.tbw-tiles .tbw-cell.own{background:rgba(0,114,178,.28)}
-.tbw-tiles .tbw-cell.own.alt{background:rgba(0,114,178,.14)}
-.tbw-tiles .tbw-cell.run{outline:2px solid var(--tbw-fg);outline-offset:-2px;font-weight:700}
-.tbw-tiles .tbw-cell.wait{opacity:.35}
-"""
-
-_COMMON_JS = r"""
-data.rows=data.table.map(function(v){var o={};data.columns.forEach(function(c,i){
-  o[c]=(typeof v[i]==="string"&&v[i].charAt(0)==="@")?data.texts[+v[i].slice(1)]:v[i]});return o});
-var st=document.createElement("style");st.textContent=data.css;root.appendChild(st);
-root.classList.add("tbw-tiles");
-var state={};
-function knobs(onchange){knobRows(body,data.knobs,state,onchange)}
-function find(names){return data.rows.find(function(r){return names.every(function(n){
-  return String(r[n])===String(state[n])})})}
-function fmt(v){return Number(v).toLocaleString("en-US")}
-"""
-
-_THREADS_JS = (
-    _COMMON_JS
-    + r"""
-knobs(update);
-var readout=el("div","tbw-readout");readout.setAttribute("aria-live","polite");
-var strip=el("div","tbw-strip");strip.setAttribute("role","img");
-var scale=el("div","tbw-scale");var facts=el("div","tbw-facts");
-var verdict=el("div","tbw-verdict");var note=el("div","tbw-note");
-[readout,strip,scale,facts,verdict,note].forEach(function(e){body.appendChild(e)});
-body.appendChild(el("div","tbw-caption",data.caption));
-function fact(label,value){var d=el("div");d.appendChild(document.createTextNode(label+": "));
-  d.appendChild(el("b","",value));facts.appendChild(d)}
-function update(){
-  var r=find(["n","block","grid"]);root.classList.remove("tbw-slow","tbw-wrong");
-  readout.textContent="N = "+fmt(r.n)+": "+fmt(r.programs)+(r.programs===1?" program":" programs")+
-    " of "+fmt(r.block)+" elements";
-  strip.innerHTML="";var useful=r.programs-r.idle,draw=Math.min(useful,data.max_segments);
-  var per=useful/draw;
-  for(var i=0;i<draw;i++){var s=el("div","tbw-seg "+(i%2?"b":"a"));
-    var first=Math.round(i*per),last=Math.round((i+1)*per);
-    var cover=Math.min(r.n,last*r.block)-first*r.block;s.style.flex=String(Math.max(cover,0));
-    s.title=per===1?"program "+i:"programs "+first+"-"+(last-1);strip.appendChild(s)}
-  if(r.tail>0){var t=el("div","tbw-seg tail");t.style.flex=String(r.tail);
-    t.title=r.tail+" elements no program owns";strip.appendChild(t)}
-  strip.setAttribute("aria-label",readout.textContent+(r.tail?", "+r.tail+" elements unprocessed":""));
-  scale.innerHTML="";scale.appendChild(el("span","","0"));scale.appendChild(el("span","","N = "+fmt(r.n)));
-  facts.innerHTML="";
-  fact("Triton: programs launched",fmt(r.programs));
-  fact("elements per program",fmt(r.block));
-  fact("threads per program ("+data.num_warps+" warps)",fmt(r.threads_per_program));
-  fact("elements per thread",String(r.elements_per_thread));
-  fact("CUDA, one thread per element: threads",fmt(r.n));
-  fact("CUDA thread blocks of "+data.cuda_block,fmt(r.cuda_blocks));
-  if(r.wrong){root.classList.add("tbw-wrong");verdict.textContent="Wrong: "+r.wrong}
-  else if(r.slow){root.classList.add("tbw-slow");verdict.textContent="Slow: "+r.slow}
-  else{verdict.textContent="Every element is owned by exactly one program."}
-  note.textContent=r.note||"";
-  root.dataset.value=[r.n,r.block,r.grid,r.programs,r.tail].join("/");
-  root.dataset.verdict=r.wrong?"wrong":(r.slow?"slow":"ok");
-}
-update();
-"""
-)
-
-_GRID_JS = (
-    _COMMON_JS
-    + r"""
-knobs(function(){resetStep();update()});
-// "programs started" runs from 0 to the grid's size, so it is built here, not from a
-// list of values; resetStep() sets its range whenever the grid changes.
-var stepRow=el("div","tbw-knob"),stepLab=el("span","tbw-label","programs started");
-stepLab.id=root.id+"-k"+data.knobs.length;stepRow.appendChild(stepLab);
-var stepInput=el("input");stepInput.type="range";stepInput.min=0;stepInput.step=1;
-stepInput.setAttribute("aria-labelledby",stepLab.id);stepInput.dataset.knob="step";
-var stepOut=el("output");stepRow.appendChild(stepInput);stepRow.appendChild(stepOut);
-body.appendChild(stepRow);
-var readout=el("div","tbw-readout");readout.setAttribute("aria-live","polite");
-var facts=el("div","tbw-facts");var wrap=el("div","tbw-grid-wrap");var map=el("div","tbw-map");
-map.setAttribute("role","img");wrap.appendChild(map);
-var verdict=el("div","tbw-verdict");var note=el("div","tbw-note");
-[readout,facts,wrap,verdict,note].forEach(function(e){body.appendChild(e)});
-body.appendChild(el("div","tbw-caption",data.caption));
-function fact(label,value){var d=el("div");d.appendChild(document.createTextNode(label+": "));
-  d.appendChild(el("b","",value));facts.appendChild(d)}
-function row(){return find(["m","n","block_m","block_n","grid"])}
-function resetStep(){var r=row();stepInput.max=r.programs;stepInput.value=r.programs;
-  state.step=r.programs;stepOut.textContent=String(r.programs)}
-stepInput.addEventListener("input",function(){state.step=+stepInput.value;
-  stepOut.textContent=String(state.step);update()});
-function update(){
-  var r=row();root.classList.remove("tbw-slow","tbw-wrong");
-  var k=Math.min(state.step,r.programs);
-  readout.textContent=r.tiles_m+" x "+r.tiles_n+" tiles, grid ("+r.grid_0+", "+r.grid_1+")";
-  facts.innerHTML="";
-  fact("programs launched",fmt(r.programs));fact("tiles",fmt(r.tiles));
-  fact("tiles nobody owns",fmt(r.unowned));fact("programs that own no tile",fmt(r.idle));
-  var size=Math.max(14,Math.min(44,Math.floor(560/Math.max(r.tiles_n,1))));
-  map.style.gridTemplateColumns="repeat("+r.tiles_n+","+size+"px)";map.innerHTML="";
-  for(var i=0;i<r.tiles_m;i++){for(var j=0;j<r.tiles_n;j++){
-    var c=el("div","tbw-cell");c.style.height=size+"px";
-    if(i<r.grid_0&&j<r.grid_1){var order=i+j*r.grid_0;
-      c.className+=" own"+((i+j)%2?" alt":"");c.className+=order<k?" run":" wait";
-      c.appendChild(el("span","","#"+order));
-      if(size>=30)c.appendChild(el("span","","("+i+","+j+")"));
-      c.title="tile ("+i+", "+j+"): program (pid 0 = "+i+", pid 1 = "+j+"), started "+
-        (order+1)+(order===0?"st":order===1?"nd":order===2?"rd":"th");
-    }else{c.className+=" none";c.title="tile ("+i+", "+j+"): no program owns it"}
-    map.appendChild(c)}}
-  map.setAttribute("aria-label",r.tiles+" tiles, "+r.unowned+" not owned by any program");
-  if(r.wrong){root.classList.add("tbw-wrong");verdict.textContent="Wrong: "+r.wrong}
-  else if(r.idle){root.classList.add("tbw-slow");verdict.textContent="Wasteful: "+r.note}
-  else{verdict.textContent="Every tile is owned by exactly one program."}
-  note.textContent=r.wrong?r.note:(r.idle?"":"Programs start in the order of the numbers: "+
-    "pid 0 changes fastest. Move \u201cprograms started\u201d to watch the first ones.");
-  root.dataset.value=[r.m,r.n,r.block_m,r.block_n,r.grid,k].join("/");
-  root.dataset.verdict=r.wrong?"wrong":(r.idle?"slow":"ok");
-}
-resetStep();update();
-"""
-)
 
 
 def _pack(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -232,7 +95,7 @@ class ThreadsVsTilesExplorer(Widget):
     """
 
     kind = "threads-vs-tiles"
-    script = _THREADS_JS
+    scripts = ("tiles.js", "threads-vs-tiles.js")
     max_segments = 256
 
     def __init__(
@@ -348,7 +211,7 @@ class ThreadsVsTilesExplorer(Widget):
             "cuda_block": self.cuda_block,
             "max_segments": self.max_segments,
             "caption": self.caption,
-            "css": _CSS,
+            "css": asset("tiles.css"),
         }
 
 
@@ -365,7 +228,7 @@ class GridExplorer(Widget):
     """
 
     kind = "grid-explorer"
-    script = _GRID_JS
+    scripts = ("tiles.js", "grid-explorer.js")
 
     def __init__(
         self,
@@ -484,7 +347,7 @@ class GridExplorer(Widget):
             ],
             **_pack([{k: v for k, v in r.items() if k != "swapped"} for r in self.rows()]),
             "caption": self.caption,
-            "css": _CSS,
+            "css": asset("tiles.css"),
         }
 
 

@@ -23,15 +23,17 @@ makes a wrong kernel right, only the fix does.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from .aot import CompiledKernel
-from .widgets import _SWEEP_JS, SweepExplorer
+from .widgets import SweepExplorer, asset
 
 __all__ = ["PipelineExplorer", "Pitfall", "pipeline_rows"]
 
+# The pipeline explorer runs the sweep explorer's script (sweep.js) with these edits.
 # Without times, a cell's value is shared memory: no "% of the best" and no
 # "among the best" verdict, which would read as speed.  A setting the compiler
 # refused has no value at all (its row carries ``refused``): its cell, readout
@@ -58,57 +60,26 @@ _EDITS = {
         'readout.textContent=r.refused?"refused by the compiler":fmt(r.value)+" "+data.unit;'
     ),
     # the pitfalls wrap the setting's own update (function declarations hoist, so the
-    # knobs' handlers and the first call reach the wrapper below)
+    # knobs' handlers and the first call reach the wrapper in pipeline.js)
     "function update(){": "function settingUpdate(){",
 }
-_PIPELINE_JS = _SWEEP_JS
-for _old, _new in _EDITS.items():
-    if _PIPELINE_JS.count(_old) != 1:
-        raise AssertionError(f"the sweep explorer's script changed: {_old!r}")
-    _PIPELINE_JS = _PIPELINE_JS.replace(_old, _new)
 
-# A pitfall on makes every setting wrong, refused ones excepted (they build no kernel,
-# so they keep saying why); off again, the setting's own verdict comes back.
-_PITFALLS_JS = r"""
-var pits=null,pitFix=null;
-function update(){settingUpdate();if(!pits)return;
-  var on=pits.filter(function(p){return p.box.checked}),r=find();
-  root.dataset.pitfalls=on.map(function(p){return p.name}).join("|");
-  if(table)table.classList.toggle("tbw-pitfall-on",on.length>0);
-  pitFix.textContent=on.length?"Fix: "+on.map(function(p){return p.fix.replace(/[.\s]+$/,"")}).join("; ")+
-    ". Until then no setting in the grid is right.":"";
-  if(!on.length||!r||r.refused)return;
-  root.classList.remove("tbw-slow");root.classList.add("tbw-wrong");
-  verdict.textContent="Wrong: "+on.map(function(p){return p.wrong}).join("; ");
-  root.dataset.verdict="wrong";
-}
-if(data.pitfalls&&data.pitfalls.length){
-  var fs=el("fieldset","tbw-pitfalls");
-  fs.appendChild(el("legend","","Put a pitfall into the kernel"));
-  pits=data.pitfalls.map(function(p){var l=el("label","tbw-pitfall"),c=el("input");
-    c.type="checkbox";c.dataset.pitfall=p.name;c.addEventListener("change",update);
-    l.appendChild(c);l.appendChild(document.createTextNode(" "+p.name));fs.appendChild(l);
-    return {name:p.name,wrong:p.wrong,fix:p.fix,box:c}});
-  body.insertBefore(fs,readout);
-  pitFix=el("div","tbw-note tbw-fix");pitFix.setAttribute("aria-live","polite");
-  body.insertBefore(pitFix,note.nextSibling);
-  update();
-}
-"""
-_PIPELINE_JS += _PITFALLS_JS
 
-# The legend undoes the site theme's (Bootstrap's: a floating heading).  Every cell of
-# the grid marked wrong as a wrong cell is, by its colours (legible in both
-# themes; !important beats the inline tint of a right cell) and by a cross.
-_CSS = """
-.tbw fieldset.tbw-pitfalls{border:1px solid var(--tbw-border);border-radius:6px;
-margin:8px 0;padding:2px 10px 6px 10px;display:flex;flex-wrap:wrap;gap:4px 16px}
-.tbw .tbw-pitfalls legend{float:none;width:auto;margin:0;padding:0 4px;font-size:14px;
-line-height:inherit;font-weight:600}
-.tbw .tbw-pitfall{cursor:pointer;white-space:nowrap}
-.tbw table.tbw-pitfall-on td[role=button]{background:#B3261E!important;color:#fff}
-.tbw table.tbw-pitfall-on td[role=button]:not(.tbw-cell-wrong)::before{content:"\\2717  "}
-"""
+@functools.cache
+def _script() -> str:
+    """The sweep explorer's script with :data:`_EDITS` made, then ``pipeline.js``.
+
+    ``pipeline.js`` adds the pitfalls: one on makes every setting wrong, refused ones
+    excepted (they build no kernel, so they keep saying why); off again, the
+    setting's own verdict comes back.
+    """
+    js = asset("sweep.js")
+    for old, new in _EDITS.items():
+        if js.count(old) != 1:
+            raise AssertionError(f"the sweep explorer's script changed: {old!r}")
+        js = js.replace(old, new)
+    return js + asset("pipeline.js")
+
 
 _PITFALL_NAME_MAX = 40  # a checkbox's label, on one line
 
@@ -247,7 +218,15 @@ class PipelineExplorer(SweepExplorer):
         one checkbox each: while one is on, every setting is wrong.
     """
 
-    script = _PIPELINE_JS
+    # pipeline.css: the legend undoes the site theme's (Bootstrap's: a floating
+    # heading).  While a pitfall is on, every cell of the grid is marked wrong as a
+    # wrong cell is, by its colours (legible in both themes; !important beats the
+    # inline tint of a right cell) and by a cross.
+    styles = ("pipeline.css",)
+
+    @property
+    def script(self) -> str:
+        return _script()
 
     def __init__(
         self,
@@ -292,9 +271,3 @@ class PipelineExplorer(SweepExplorer):
             knobs = row["knobs"]
             row["refused"] = (knobs["warps"], knobs["stages"]) in self.refused
         return data
-
-    def _repr_html_(self) -> str:
-        html = super()._repr_html_()
-        if html.count("</style>") != 1:
-            raise AssertionError("the widget's HTML changed: one <style> expected")
-        return html.replace("</style>", f"{_CSS}</style>", 1)
