@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import matplotlib
 import pytest
@@ -26,7 +27,14 @@ def _gpu_record(live: bool) -> bench.Record:
         "copy_gbps": 3000.0,
     }
     rows = [
-        {"n": 2**k, "impl": impl, "gbps": 100.0 * k + (5 if impl == "torch" else 0)}
+        {
+            "n": 2**k,
+            "impl": impl,
+            "gbps": 100.0 * k + (5 if impl == "torch" else 0),
+            "median_ms": 0.01 * k,
+            "p20_ms": 0.009 * k,
+            "p80_ms": 0.011 * k,
+        }
         for k in range(10, 14)
         for impl in ("tilebook", "torch")
     ]
@@ -85,32 +93,99 @@ def test_cpu_mode_never_measures():
     assert calls == []
 
 
-def test_committed_records_carry_full_provenance():
-    names = sorted(p.stem for p in bench.RECORDS_DIR.glob("*.json"))
-    assert "lesson07_sizes" in names and "lesson07_launch" in names
-    for name in names:
-        rec = bench.load_record(name, bench.RECORDS_DIR)
-        for key in ("gpu", "torch", "triton", "cuda", "date", "copy_gbps"):
-            assert rec.provenance.get(key), (name, key)
-        # every row holds what its kind of record measures: a time; registers read
-        # from a compiled kernel (lesson10_binaries); the code torch.compile wrote
-        # (lesson01_inductor); the binaries in Triton's cache after a call
-        # (lesson02_specialise); the error of repeated runs (lesson06_repeat); the
-        # order in which programs took tickets (lesson02_start_order)
-        assert rec.rows, name
-        kinds = ("median_ms", "registers", "source", "binaries", "rel_err", "in_order")
-        assert any(all(k in r for r in rec.rows) for k in kinds), name
+SPREAD = "row 4 has p20_ms, median_ms, p80_ms = [0.3, 0.2, 0.1], out of order"
+FAULTS = [
+    "provenance lacks cuda, copy_gbps",
+    "provenance copy_gbps is nan",
+    "it has no rows",
+    "row 1 holds nothing measured",
+    "row 2 has gbps=inf",
+    "row 3 has median_ms=0.0",
+    SPREAD,
+    "row 5 is a list, not a dict",
+]
 
 
-def test_vector_add_record_meets_its_target():
-    """The committed H100 record: >= 0.95x torch.add GB/s from 2^24 elements on (fp32)."""
-    rec = bench.load_record("lesson07_sizes", bench.RECORDS_DIR)
-    large = [e for e in rec.values("log2n") if e >= 24]
-    assert large
-    for exp in large:
-        ours = rec.one(log2n=exp, impl="tilebook")
-        theirs = rec.one(log2n=exp, impl="torch.add")
-        assert ours["gbps"] >= 0.95 * theirs["gbps"], exp
+def _broken(fault: str) -> bench.Record:
+    """The demo record with one fault, named as :meth:`Record.validate` names it."""
+    rec = _gpu_record(True)
+    rows, prov = rec.rows, rec.provenance
+    match fault:
+        case "provenance lacks cuda, copy_gbps":
+            del prov["cuda"], prov["copy_gbps"]
+        case "provenance copy_gbps is nan":
+            prov["copy_gbps"] = float("nan")
+        case "it has no rows":
+            rows.clear()
+        case "row 1 holds nothing measured":
+            del rows[1]["median_ms"]
+        case "row 2 has gbps=inf":
+            rows[2]["gbps"] = float("inf")
+        case "row 3 has median_ms=0.0":
+            rows[3]["median_ms"] = 0.0
+        case "row 5 is a list, not a dict":
+            rows[5] = [1.0]
+        case _:
+            assert fault == SPREAD, fault
+            rows[4].update(p20_ms=0.3, median_ms=0.2, p80_ms=0.1)
+    return rec
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_a_broken_record_is_neither_saved_nor_loaded(tmp_path, fault):
+    rec = _broken(fault)
+    with pytest.raises(ValueError, match=re.escape(f"record 'demo' is not a measurement: {fault}")):
+        bench.save_record(rec, tmp_path)
+    assert list(tmp_path.iterdir()) == []  # nothing written
+    # The same record in a file (edited by hand, say): refused when read, with its path.
+    (tmp_path / "demo.json").write_text(rec.to_json())
+    with pytest.raises(ValueError, match=re.escape(fault)) as refused:
+        bench.load_record("demo", tmp_path)
+    assert str(tmp_path / "demo.json") in str(refused.value)
+
+
+def test_a_record_file_that_is_no_measurement_is_named(tmp_path):
+    good = json.loads(_gpu_record(True).to_json())
+    (tmp_path / "renamed.json").write_text(json.dumps(good))
+    (tmp_path / "cut.json").write_text(json.dumps(good)[:100])
+    (tmp_path / "cpu.json").write_text(
+        json.dumps(good | {"name": "cpu", "provenance": good["provenance"] | {"mode": "cpu"}})
+    )
+    (tmp_path / "bare.json").write_text(json.dumps({"name": "bare"}))
+    for name, fault in (
+        ("renamed", "its file is named renamed.json"),
+        ("cut", "is not JSON"),
+        ("cpu", "provenance mode is 'cpu', not 'gpu'"),
+        ("bare", "mode is None, not 'gpu'; provenance lacks gpu, torch"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(fault)):
+            bench.load_record(name, tmp_path)
+    (tmp_path / "bare.json").write_text(json.dumps(good | {"name": "bare"}))
+    assert bench.load_record("bare", tmp_path).rows == good["rows"]
+
+
+def test_commit_records_copies_nothing_while_a_record_is_broken(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench, "RECORDS_ROOT", tmp_path / "records")
+    built = tmp_path / "built"
+    bench.save_record(_gpu_record(True), built)
+    broken = _gpu_record(True)
+    broken.name = "broken"
+    bench.save_record(broken, built)
+    data = json.loads((built / "broken.json").read_text())
+    (built / "broken.json").write_text(json.dumps(data | {"rows": []}))
+    with pytest.raises(ValueError, match=r"'broken'.*no rows"):
+        bench.commit_records(built)
+    assert not (tmp_path / "records").exists()
+    (built / "broken.json").unlink()
+    assert bench.commit_records(built) == [tmp_path / "records" / "h100" / "demo.json"]
+
+
+def test_every_committed_record_passes_validation():
+    sets = bench.record_sets()
+    assert sets, "no committed records"
+    for folder in sets.values():
+        for path in folder.glob("*.json"):
+            bench.load_record(path.stem, folder)  # raises for a record that fails validate()
 
 
 def test_plot_from_record_has_caption_and_lines():

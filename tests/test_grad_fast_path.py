@@ -6,6 +6,11 @@ tests put a stand-in ``run`` in each op's memo under the key a real call would u
 and check that grad calls take it, that its outputs reach the backward, and that a
 ``run`` that declines sends the call down the ordinary path.  The GPU test at the end
 uses the real memos.
+
+A stand-in computes something other than the op asked for (softmax of a shifted
+input, a norm with another eps), and the float64 reference follows whichever of the
+two the call must have taken: were both the same, a call that dropped the stand-in's
+outputs and ran the kernels would pass as well.
 """
 
 from __future__ import annotations
@@ -46,20 +51,27 @@ class _Recorder:
         return None if self.decline else self.compute(*args)
 
 
-def _softmax_run(t):
-    return torch.softmax(t.float(), -1).to(t.dtype)
+#: The eps the norms' stand-ins use whatever the caller passes: with rows of about unit
+#: mean square it moves rstd by some 20%, so their outputs are not the kernels'.
+STAND_IN_EPS = 0.5
+
+
+def _softmax_run(shift):
+    """A stand-in that computes ``softmax(t + shift)``: its y is a softmax (so the
+    backward's formula holds for it) but not the one of ``t``."""
+    return lambda t: torch.softmax(t.float() + shift, -1).to(t.dtype)
 
 
 def _rms_run(t, w, eps):
     rows = t.reshape(-1, t.shape[-1]).float()
-    rstd = torch.rsqrt(rows.pow(2).mean(-1) + eps)
+    rstd = torch.rsqrt(rows.pow(2).mean(-1) + STAND_IN_EPS)
     return (rows * rstd[:, None] * w.float()).to(t.dtype).view(t.shape), rstd
 
 
 def _ln_run(t, w, b, eps):
     rows = t.reshape(-1, t.shape[-1]).float()
     mean = rows.mean(-1)
-    rstd = torch.rsqrt(rows.var(-1, unbiased=False) + eps)
+    rstd = torch.rsqrt(rows.var(-1, unbiased=False) + STAND_IN_EPS)
     y = (rows - mean[:, None]) * rstd[:, None] * w.float() + b.float()
     return y.to(t.dtype).view(t.shape), torch.stack([mean, rstd])
 
@@ -67,14 +79,16 @@ def _ln_run(t, w, b, eps):
 @pytest.mark.parametrize("decline", [False, True])
 def test_softmax_grad_call_takes_the_remembered_launch(monkeypatch, decline):
     x = torch.randn(3, 5, 40, device=DEV, dtype=torch.float32, requires_grad=True)
-    run = _Recorder(_softmax_run, decline)
+    shift = torch.randn(40, device=DEV)
+    run = _Recorder(_softmax_run(shift), decline)
     monkeypatch.setattr(sm, "_FAST", _memo(sm._fast_key(x, -1), run))
     y = sm.softmax(x, -1)
     assert run.calls == 1 and y.grad_fn is not None and y.shape == x.shape
     dy = torch.randn_like(x)
     (dx,) = torch.autograd.grad(y, (x,), dy)
+    # Taken: y is the stand-in's and the backward works from it; declined: the kernels'.
     xd = x.detach().double().requires_grad_()
-    ref = torch.softmax(xd, -1)
+    ref = torch.softmax(xd if decline else xd + shift.double(), -1)
     (rdx,) = torch.autograd.grad(ref, (xd,), dy.double())
     assert _rel(y, ref) < 1e-5 and _rel(dx, rdx) < 1e-5
     # Another dim is another key: the stand-in is not asked.
@@ -99,7 +113,8 @@ def test_rms_norm_grad_call_takes_the_remembered_launch(monkeypatch, decline, pa
     dy = torch.randn_like(x)
     dx, dw = torch.autograd.grad(y, (x, w), dy)
     xd, wd = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
-    ref = F.rms_norm(xd, (48,), wd, 1e-6)
+    # Taken: y and the rstd the backward reads are the stand-in's, of its own eps.
+    ref = F.rms_norm(xd, (48,), wd, 1e-6 if decline else STAND_IN_EPS)
     rdx, rdw = torch.autograd.grad(ref, (xd, wd), dy.double())
     for got, want in ((y, ref), (dx, rdx), (dw, rdw)):
         assert _rel(got, want) < 1e-5
@@ -130,7 +145,8 @@ def test_layer_norm_grad_call_takes_the_remembered_launch(monkeypatch, decline, 
     dy = torch.randn_like(x)
     got = torch.autograd.grad(y, (x, w, b), dy)
     xd, wd, bd = (t.detach().double().requires_grad_() for t in (x, w, b))
-    ref = F.layer_norm(xd, (64,), wd, bd, 1e-5)
+    # Taken: y and the statistics the backward reads are the stand-in's, of its own eps.
+    ref = F.layer_norm(xd, (64,), wd, bd, 1e-5 if decline else STAND_IN_EPS)
     want = torch.autograd.grad(ref, (xd, wd, bd), dy.double())
     assert _rel(y, ref) < 1e-5
     for g, r in zip(got, want, strict=True):
@@ -225,13 +241,17 @@ def test_softmax_backward_takes_the_remembered_launch(monkeypatch, decline):
     x = torch.randn(3, 4, 40, device=DEV, requires_grad=True)
     y = sm.softmax(x, -1)
     dy = torch.randn_like(y)
-    replay = _Recorder(lambda y, dy: y * (dy - (y * dy).sum(-1, keepdim=True)), decline)
+    # The stand-in's dx is no gradient at all: only a call that took it returns it.
+    replay = _Recorder(lambda y, dy: torch.full_like(y, 7.0), decline)
     monkeypatch.setattr(sm, "_BWD_FAST", _memo(sm._bwd_key(y, dy), replay))
     (dx,) = torch.autograd.grad(y, (x,), dy, retain_graph=True)
     assert replay.calls == 1
-    xd = x.detach().double().requires_grad_()
-    (want,) = torch.autograd.grad(torch.softmax(xd, -1), (xd,), dy.double())
-    assert _rel(dx, want) < 1e-5
+    if decline:  # the kernels' gradient
+        xd = x.detach().double().requires_grad_()
+        (want,) = torch.autograd.grad(torch.softmax(xd, -1), (xd,), dy.double())
+        assert _rel(dx, want) < 1e-5
+    else:
+        assert torch.equal(dx, torch.full_like(y, 7.0))
     # A strided dy (here .sum()'s expanded ones) is not asked: another layout.
     (dx1,) = torch.autograd.grad(y.sum(), (x,), retain_graph=True)
     assert replay.calls == 1 and dx1.abs().max().item() < 1e-5
@@ -252,7 +272,8 @@ def test_softmax_backward_replay_runs_the_kernel_with_its_arguments():
     replay = sm._replay_bwd(seen[0], y.shape, first.data_ptr() & 15)
     dy2 = torch.randn_like(dy)
     got = replay(y, dy2)
-    want = y * (dy2 - (y * dy2).sum(-1, keepdim=True))
+    yd, dyd = y.double(), dy2.double()
+    want = yd * (dyd - (yd * dyd).sum(-1, keepdim=True))
     assert got is not None and _rel(got, want) < 1e-5
     assert sm._replay_bwd(lambda *a: False, y.shape, first.data_ptr() & 15)(y, dy2) is None
 
@@ -303,7 +324,8 @@ def test_rms_norm_backward_replays_through_the_forward_entry(monkeypatch, declin
     forward.backward = (rn.BWD_CHUNKED_THRESHOLD, rn.CHUNK_BWD, backward)
     monkeypatch.setattr(rn, "_FAST_GRAD", _memo(rn._fast_key(x, w), forward))
     xd, wd = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
-    ref = F.rms_norm(xd, (48,), wd, 1e-6)
+    # The backward reads the rstd the forward stand-in made, of its own eps.
+    ref = F.rms_norm(xd, (48,), wd, STAND_IN_EPS)
     y = rn.rms_norm(x, w, 1e-6)
     for step in range(2):
         dy = torch.randn_like(x)

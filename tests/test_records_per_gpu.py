@@ -11,8 +11,9 @@ from tilebook import bench, datasheet
 
 def _record(folder, name, gpu, date, mode="gpu"):
     folder.mkdir(parents=True, exist_ok=True)
-    prov = {"gpu": gpu, "date": date, "mode": mode, "commit": "abc", "torch": "t"}
-    data = {"name": name, "title": name, "rows": [{"x": 1}], "provenance": prov}
+    prov = {"gpu": gpu, "date": date, "mode": mode, "commit": "abc", "torch": "t", "triton": "t"}
+    prov |= {"cuda": "c", "copy_gbps": 1000.0}  # all that Record.validate asks for
+    data = {"name": name, "title": name, "rows": [{"x": 1, "median_ms": 1.0}], "provenance": prov}
     (folder / f"{name}.json").write_text(json.dumps(data))
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import platform
 import subprocess
@@ -29,6 +30,8 @@ import torch
 from . import runtime
 
 __all__ = [
+    "MEASURED_KEYS",
+    "PROVENANCE_KEYS",
     "RECORDS_DIR",
     "RECORDS_ROOT",
     "Measurement",
@@ -61,6 +64,15 @@ RECORDS_GPU_ENV = "TILEBOOK_RECORDS_GPU"
 #: ``nox -s bench`` and ``nox -s record`` copy what it measured into the GPU's folder
 #: of :data:`RECORDS_ROOT`.
 RECORD_DIR_ENV = "TILEBOOK_RECORD_DIR"
+#: What a record's provenance must say before it is saved or shown: the GPU and
+#: versions a caption names, the date, and the copy ceiling its GB/s are read against.
+PROVENANCE_KEYS = ("gpu", "torch", "triton", "cuda", "date", "copy_gbps")
+#: What a row may have measured: a time; registers read from a compiled kernel
+#: (lesson10_binaries); the code torch.compile wrote (lesson01_inductor); the binaries
+#: in Triton's cache after a call (lesson02_specialise); the error of repeated runs
+#: (lesson06_repeat); the order in which programs took tickets (lesson02_start_order).
+#: A row with none of them holds only what was asked for, not what was found.
+MEASURED_KEYS = ("median_ms", "registers", "source", "binaries", "rel_err", "in_order")
 
 
 @dataclass(frozen=True)
@@ -351,6 +363,38 @@ class Record:
         """The distinct values of ``key`` among the rows matching ``where``, in row order."""
         return list(dict.fromkeys(r[key] for r in self.select(**where) if key in r))
 
+    def validate(self) -> Record:
+        """Return this record if it may be saved or shown; else raise :class:`ValueError`
+        naming the record and every fault found.
+
+        A record must come from a GPU (provenance ``mode`` ``"gpu"``) and carry
+        :data:`PROVENANCE_KEYS` with a positive, finite ``copy_gbps``; hold at least one
+        row, each a dict with one of :data:`MEASURED_KEYS` and only finite numbers; and
+        where a row has a time with its spread, ``0 < p20_ms <= median_ms <= p80_ms``.
+        A record read from a file must be named as the file is.
+        """
+        faults = []
+        prov = self.provenance if isinstance(self.provenance, dict) else {}
+        if prov.get("mode") != "gpu":
+            faults.append(f"provenance mode is {prov.get('mode')!r}, not 'gpu'")
+        missing = [k for k in PROVENANCE_KEYS if prov.get(k) in (None, "")]
+        if missing:
+            faults.append(f"provenance lacks {', '.join(missing)}")
+        elif not _positive(prov["copy_gbps"]):
+            faults.append(f"provenance copy_gbps is {prov['copy_gbps']!r}")
+        if self.path is not None and Path(self.path).stem != self.name:
+            faults.append(f"its file is named {Path(self.path).name}")
+        if not isinstance(self.rows, list) or not self.rows:
+            faults.append("it has no rows")
+        else:
+            faults += [f"row {i} {f}" for i, row in enumerate(self.rows) if (f := _row_fault(row))]
+        if faults:
+            where = f" ({self.path})" if self.path else ""
+            more = f"; and {len(faults) - 5} more" if len(faults) > 5 else ""
+            shown = "; ".join(faults[:5])
+            raise ValueError(f"record {self.name!r}{where} is not a measurement: {shown}{more}")
+        return self
+
     def to_json(self) -> str:
         d = asdict(self)
         d.pop("live")
@@ -358,16 +402,40 @@ class Record:
         return json.dumps(d, indent=1, sort_keys=True)
 
 
+def _positive(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf
+
+
+def _row_fault(row: Any) -> str | None:
+    """What is wrong with one row of a record (see :meth:`Record.validate`), or None."""
+    if not isinstance(row, dict):
+        return f"is a {type(row).__name__}, not a dict"
+    if not any(k in row for k in MEASURED_KEYS):
+        return f"holds nothing measured (none of {', '.join(MEASURED_KEYS)}): {sorted(row)}"
+    bad = [k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)]
+    if bad:
+        return f"has {', '.join(f'{k}={row[k]}' for k in bad)}"
+    if "median_ms" in row:
+        if not _positive(row["median_ms"]):
+            return f"has median_ms={row['median_ms']!r}"
+        spread = [row.get("p20_ms"), row["median_ms"], row.get("p80_ms")]
+        if None not in spread and not spread[0] <= spread[1] <= spread[2]:
+            return f"has p20_ms, median_ms, p80_ms = {spread}, out of order"
+    return None
+
+
 def _record_dir() -> Path:
     return Path(os.environ.get(RECORD_DIR_ENV) or "tilebook-records")
 
 
 def save_record(record: Record, directory: str | os.PathLike | None = None) -> Path:
-    """Write ``record`` as ``<directory>/<name>.json``.  Only live GPU records are saved."""
+    """Write ``record`` as ``<directory>/<name>.json``.  Only live GPU records are saved,
+    and only those that pass :meth:`Record.validate`."""
     if not record.live or record.provenance.get("mode") != "gpu":
         raise ValueError(
             f"refusing to save record {record.name!r}: it was not measured live on a GPU"
         )
+    record.validate()
     out_dir = Path(directory) if directory is not None else _record_dir()
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{record.name}.json"
@@ -450,6 +518,8 @@ def load_record(name: str, directory: str | os.PathLike | None = None) -> Record
     (this build's live records) first, then from the committed records
     (:func:`_committed_dir`).  A record loaded from disk is never ``live``: its
     :meth:`Record.caption` says "recorded on" with its GPU, versions, date and commit.
+    One that fails :meth:`Record.validate` (edited by hand, cut short) raises
+    :class:`ValueError` naming its file: a page never shows it.
     """
     if directory is not None:
         candidates = [Path(directory)]
@@ -460,16 +530,21 @@ def load_record(name: str, directory: str | os.PathLike | None = None) -> Record
     for d in candidates:
         path = d / f"{name}.json"
         if path.exists():
-            data = json.loads(path.read_text())
+            try:
+                data = json.loads(path.read_text())
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"record {name!r} ({path}) is not JSON: {exc}") from exc
+            if not isinstance(data, dict):
+                raise ValueError(f"record {name!r} ({path}) is not a JSON object")
             return Record(
-                name=data["name"],
-                title=data.get("title", data["name"]),
-                rows=data["rows"],
-                provenance=data["provenance"],
+                name=data.get("name"),
+                title=data.get("title", data.get("name")),
+                rows=data.get("rows"),
+                provenance=data.get("provenance") or {},
                 notes=data.get("notes", {}),
                 live=False,
                 path=str(path),
-            )
+            ).validate()
     return None
 
 
@@ -477,15 +552,19 @@ def commit_records(built: str | os.PathLike) -> list[Path]:
     """Copy the GPU-measured records of a run (a ``$TILEBOOK_RECORD_DIR``) into the
     committed set of the GPU that measured each, ``records/<kind>/``; return the
     paths written.  What ``nox -s record``, ``nox -s bench`` and
-    ``nox -s docs -- --save-records`` call.  A record of CPU mode is never copied."""
+    ``nox -s docs -- --save-records`` call.  A record of CPU mode is never copied; one
+    of a GPU that fails :meth:`Record.validate` raises before anything is copied."""
     from .datasheet import gpu_kind
 
-    written = []
+    chosen = []
     for path in sorted(Path(built).glob("*.json")):
         prov = json.loads(path.read_text()).get("provenance", {})
         if prov.get("mode") != "gpu" or not prov.get("gpu"):
             continue
-        folder = RECORDS_ROOT / gpu_kind(str(prov["gpu"]))
+        load_record(path.stem, path.parent)  # raises for a broken record
+        chosen.append((path, RECORDS_ROOT / gpu_kind(str(prov["gpu"]))))
+    written = []
+    for path, folder in chosen:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / path.name).write_text(path.read_text())
         written.append(folder / path.name)
