@@ -190,8 +190,8 @@ def test_the_site_ships_the_wheel_of_its_own_tree(built_site):
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
         package = ROOT / "src" / "tilebook"
-        for f in package.rglob("*.py"):
-            if "__pycache__" in f.parts:
+        for f in package.rglob("*"):  # code, records, the widgets' scripts and styles
+            if "__pycache__" in f.parts or not f.is_file():
                 continue
             name = f.relative_to(package.parent).as_posix()
             assert name in names, f"{name} is not in the wheel"
