@@ -176,6 +176,112 @@ def test_host_and_gpu_times_each_call_both_ways(monkeypatch):
         assert set(r) == {f"{k}{q}_us" for k in ("host", "gpu") for q in ("", "_p20", "_p80")}
 
 
+def _row(ms, gpu, host, spread=0.02):
+    """A made-up row of experiment.sizes at a split size: do_bench ms, GPU and host us,
+    each with a p20-p80 spread of ``spread`` either side of its median."""
+    row = {"median_ms": ms, "p20_ms": ms * (1 - spread), "p80_ms": ms * (1 + spread)}
+    for key, us in (("gpu", gpu), ("host", host)):
+        row |= {f"{key}_us": us, f"{key}_p20_us": us * (1 - spread)}
+        row[f"{key}_p80_us"] = us * (1 + spread)
+    return row
+
+
+# The H200 record at 2^12 (ab05eff): do_bench 43.3 against 4.7 us, the kernels alone
+# 1.5 against 1.2 us, one call's host time 57.8 against 9.1 us, with its spreads.
+H200_TILEBOOK = {
+    "median_ms": 0.0433, "p20_ms": 0.0418, "p80_ms": 0.0439,
+    "gpu_us": 1.4897, "gpu_p20_us": 1.4816, "gpu_p80_us": 1.4967,
+    "host_us": 57.755, "host_p20_us": 55.9218, "host_p80_us": 61.6508,
+}  # fmt: skip
+H200_TORCH = {
+    "median_ms": 0.0047, "p20_ms": 0.0047, "p80_ms": 0.0047,
+    "gpu_us": 1.1804, "gpu_p20_us": 1.1804, "gpu_p80_us": 1.1909,
+    "host_us": 9.1485, "host_p20_us": 9.0293, "host_p80_us": 9.1998,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("slow", "fast", "kind"),
+    [
+        # a 38.6 us gap; the kernels 0.3 us apart, the host 48.6 us: the host's
+        (H200_TILEBOOK, H200_TORCH, "host"),
+        (_row(0.0433, 1.5, 57.8), _row(0.0047, 1.2, 9.1), "host"),
+        # a 10 us gap, the kernels 10 us apart, the host 2 us: the kernel's
+        (_row(0.020, 18.0, 12.0), _row(0.010, 8.0, 10.0), "kernel"),
+        # the host even faster in tilebook: still the kernel's
+        (_row(0.020, 18.0, 8.0), _row(0.010, 8.0, 10.0), "kernel"),
+        # 6 and 7 us of a 10 us gap: both
+        (_row(0.020, 14.0, 17.0), _row(0.010, 8.0, 10.0), "both"),
+        # 1 us each of a 10 us gap: neither
+        (_row(0.020, 11.0, 11.0), _row(0.010, 10.0, 10.0), "neither"),
+        # slower beyond the spreads, but by far less than half the gap: not the kernel
+        (_row(0.050, 13.0, 10.0, 0.001), _row(0.010, 10.0, 10.0, 0.001), "neither"),
+        # host 6 us apart at the medians, but its spreads leave less than half of 10
+        (_row(0.020, 10.0, 56.0, 0.05), _row(0.010, 10.0, 50.0, 0.05), "neither"),
+    ],
+)
+def test_explain_gap_names_the_part_that_accounts_for_the_gap(slow, fast, kind):
+    gap = experiment.explain_gap(slow, fast)
+    assert gap.kind == kind
+    assert gap.gap_us == pytest.approx(1e3 * (slow["median_ms"] - fast["median_ms"]))
+    assert gap.kernel_us == pytest.approx(slow["gpu_us"] - fast["gpu_us"])
+    assert gap.host_us == pytest.approx(slow["host_us"] - fast["host_us"])
+    assert gap.kernel_low_us <= gap.kernel_us and gap.host_low_us <= gap.host_us
+
+
+def test_explain_gap_on_the_h200_record():
+    gap = experiment.explain_gap(H200_TILEBOOK, H200_TORCH)
+    assert gap.gap_us == pytest.approx(38.6)
+    assert gap.kernel_us == pytest.approx(0.31, abs=0.01)
+    assert gap.host_us == pytest.approx(48.6, abs=0.1)
+    assert (gap.kernel, gap.host, gap.kind) == (False, True, "host")
+
+
+def test_explain_gap_share_moves_the_line():
+    slow, fast = _row(0.020, 14.0, 10.0, 0.001), _row(0.010, 10.0, 10.0, 0.001)  # 4 of 10
+    assert experiment.explain_gap(slow, fast).kind == "neither"
+    assert experiment.explain_gap(slow, fast, share=0.3).kind == "kernel"
+
+
+def test_explain_gap_refuses_bad_input():
+    slow, fast = _row(0.020, 14.0, 10.0), _row(0.010, 10.0, 10.0)
+    with pytest.raises(ValueError, match="slower under do_bench"):
+        experiment.explain_gap(fast, slow)
+    with pytest.raises(ValueError, match="share"):
+        experiment.explain_gap(slow, fast, share=0)
+    with pytest.raises(KeyError, match="host_and_gpu"):
+        experiment.explain_gap(slow, {k: v for k, v in fast.items() if k != "gpu_p80_us"})
+    with pytest.raises(ValueError, match="inconsistent host"):
+        experiment.explain_gap(slow, fast | {"host_p20_us": 11.0})
+
+
+def test_the_lesson_attributes_the_gap_through_explain_gap():
+    """One rule for every size and every record: the page's verdict and its claims
+    come from experiment.explain_gap, not from a rule of the lesson's own."""
+    calls = _calls(SCRIPT.tree)
+    assert "experiment.explain_gap" in calls and "experiment.EXPLAINS" in calls
+
+
+def test_every_verdict_reads_with_its_figures(tmp_path):
+    """Each kind's sentence fills from the figures the lesson passes it (say() refuses a
+    missing or unused one), and states the kind's verdict and nothing else's."""
+    verdicts = SCRIPT.lift(["SAYS", "GAP", "OVERLAP", "span"], tmp_path)
+    from tilebook.prose import say
+
+    assert set(verdicts.SAYS) == {"kernel", "host", "both", "neither"}
+    assert verdicts.span([1.23, 1.21]) == "1.2" and verdicts.span([1.0, 2.0]) == "1.0 to 2.0"
+    for kind, template in verdicts.SAYS.items():
+        said = {"at": "2^12", "gap": "38.6", "kernel": "+0.3", "host": "+48.6"}
+        said |= {"share": 0.5} if kind == "neither" else {}
+        text = str(say(verdicts.GAP + template, **said))
+        assert "38.6" in text and "+0.3" in text and "+48.6" in text
+        assert ("the host explains" in text) == (kind == "host")
+        assert ("the kernel explains" in text) == (kind == "kernel")
+        assert ("both explain" in text) == (kind == "both")
+        assert ("neither explains" in text) == (kind == "neither")
+    assert str(say(verdicts.OVERLAP))
+
+
 def test_experiment_arithmetic():
     assert experiment.traffic(1000) == 12_000
     assert experiment.traffic(1000, torch.float16) == 6_000

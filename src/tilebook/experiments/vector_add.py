@@ -6,6 +6,8 @@ Two measurements, each defined once here:
   lengths (the lesson plots them against the copy bandwidth; the benchmark
   holds tilebook to its target ratio), and at the smallest lengths each call's
   time split into host time and GPU time (:func:`host_and_gpu`);
+* :func:`explain_gap`: which of the two parts accounts for the time by which
+  one implementation trails the other under ``do_bench``;
 * :func:`launch_settings`: :func:`tilebook.vector_add` at one length over a
   grid of ``BLOCK_SIZE`` and ``num_warps`` (the lesson's widget; the benchmark
   keeps the package's configuration honest).
@@ -20,7 +22,8 @@ bytes that must move: both inputs read once and the output written once,
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -33,13 +36,16 @@ from ..ops.vector_add import vector_add
 __all__ = [
     "BLOCKS",
     "DTYPE",
+    "EXPLAINS",
     "EXPONENTS",
     "GRAPH_MS",
     "HOST_CALLS",
     "LAUNCH_N",
     "SPLIT_EXPONENTS",
     "WARPS",
+    "Gap",
     "elements_per_thread",
+    "explain_gap",
     "host_and_gpu",
     "launch_settings",
     "setting",
@@ -60,6 +66,9 @@ SPLIT_EXPONENTS = tuple(e for e in EXPONENTS if e < 26)
 HOST_CALLS = 200
 #: Milliseconds of calls that the CUDA graph of the GPU timing holds.
 GRAPH_MS = 5.0
+#: The share of ``do_bench``'s gap that a part (GPU or host time) must account
+#: for to explain it: at least half, so that the larger part is always named.
+EXPLAINS = 0.5
 #: Length of the launch-setting sweep: three 256 MiB tensors, far beyond the L2
 #: cache, so that the figures measure HBM.
 LAUNCH_N = 2**26
@@ -168,6 +177,95 @@ def host_and_gpu(
             "gpu_p80_us": g[2],
         }
     return out
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Why one implementation trails another under ``do_bench``, in microseconds.
+
+    ``gap_us`` is the difference of the two ``do_bench`` medians.  ``kernel_us``
+    and ``host_us`` are the differences of the GPU times and of the host times
+    (medians); ``kernel_low_us`` and ``host_low_us`` are the smallest differences
+    the p20-p80 spreads allow (the trailing one's 20th percentile less the
+    other's 80th).  A part *explains* the gap when even that smallest difference
+    is at least ``share`` of it.
+    """
+
+    gap_us: float
+    kernel_us: float
+    kernel_low_us: float
+    host_us: float
+    host_low_us: float
+    share: float = EXPLAINS
+
+    @property
+    def kernel(self) -> bool:
+        """The kernel alone is longer by at least ``share`` of the gap, beyond the spreads."""
+        return self.kernel_low_us >= self.share * self.gap_us
+
+    @property
+    def host(self) -> bool:
+        """One call's host time is longer by at least ``share`` of the gap, beyond the spreads."""
+        return self.host_low_us >= self.share * self.gap_us
+
+    @property
+    def kind(self) -> str:
+        """``"kernel"``, ``"host"``, ``"both"`` or ``"neither"``: which part explains the gap."""
+        if self.kernel and self.host:
+            return "both"
+        return "kernel" if self.kernel else "host" if self.host else "neither"
+
+
+def _part_us(row: Mapping[str, Any], key: str) -> tuple[float, float, float]:
+    names = (f"{key}_us", f"{key}_p20_us", f"{key}_p80_us")
+    missing = [n for n in names if n not in row]
+    if missing:
+        raise KeyError(
+            f"explain_gap: a row needs the host and GPU times of host_and_gpu(); "
+            f"missing {', '.join(missing)}"
+        )
+    med, p20, p80 = (float(row[n]) for n in names)
+    if not 0 < p20 <= med <= p80:
+        raise ValueError(
+            f"explain_gap: inconsistent {key} times: p20 {p20}, median {med}, p80 {p80}"
+        )
+    return med, p20, p80
+
+
+def explain_gap(
+    slow: Mapping[str, Any], fast: Mapping[str, Any], *, share: float = EXPLAINS
+) -> Gap:
+    """Which part of a call explains why ``slow`` takes longer than ``fast`` under ``do_bench``.
+
+    Both are rows of :func:`sizes` at a split size: the ``do_bench`` times
+    (``median_ms``) and the times of :func:`host_and_gpu`.  The GPU time is what
+    the kernels cost with the host taken out; the host time bounds how long the
+    GPU can wait for a launch.  A part that differs by much less than the gap
+    cannot account for it, whatever else is true, so each part is held against
+    the gap itself (see :class:`Gap`).  Raises ``ValueError`` unless ``slow``'s
+    median is the longer and ``0 < share <= 1``.
+    """
+    if not 0 < share <= 1:
+        raise ValueError(f"explain_gap: share must be in (0, 1], got {share}")
+    try:
+        gap = 1e3 * (float(slow["median_ms"]) - float(fast["median_ms"]))
+    except KeyError as exc:
+        raise KeyError(f"explain_gap: a row needs do_bench's median_ms; missing {exc}") from None
+    if not gap > 0:
+        raise ValueError(
+            f"explain_gap: the first row must be the slower under do_bench, "
+            f"got {slow['median_ms']} against {fast['median_ms']} ms"
+        )
+    (k_slow, k_slow20, _), (k_fast, _, k_fast80) = (_part_us(r, "gpu") for r in (slow, fast))
+    (h_slow, h_slow20, _), (h_fast, _, h_fast80) = (_part_us(r, "host") for r in (slow, fast))
+    return Gap(
+        gap_us=gap,
+        kernel_us=k_slow - k_fast,
+        kernel_low_us=k_slow20 - k_fast80,
+        host_us=h_slow - h_fast,
+        host_low_us=h_slow20 - h_fast80,
+        share=share,
+    )
 
 
 def sizes(
