@@ -187,6 +187,47 @@ def test_fusion_record_covers_the_page():
         assert r["rel_err"] < 1e-2
 
 
+def _timed(activation, impl, us):
+    return {"activation": activation, "impl": impl, "median_ms": us / 1e3}
+
+
+def test_the_widget_judges_each_way_against_the_same_computation(tmp_path):
+    """F.linear alone (activation "none") is the fastest row of all; were it the widget's
+    best, every fused activation would read as slow.  Each way is held against the
+    ways that compute the same thing (the erf GELU with the fitted one)."""
+    mod = SCRIPT.lift(["computes", "against_fastest"], tmp_path)
+    rows = [
+        _timed("none", "fused", 79.2),
+        _timed("none", "unfused, PyTorch", 51.3),
+        _timed("gelu", "fused", 92.0),
+        _timed("gelu", "unfused, PyTorch", 138.9),
+        _timed("gelu (erf)", "fused", 137.6),
+        _timed("silu", "fused", 81.9),
+        _timed("silu", "unfused, PyTorch", 121.8),
+    ]
+    keys = [(r["activation"], r["impl"]) for r in rows]
+    got = dict(zip(keys, mod.against_fastest(rows), strict=True))
+    assert got["none", "unfused, PyTorch"] == got["gelu", "fused"] == got["silu", "fused"] == 1
+    assert got["none", "fused"] == pytest.approx(79.2 / 51.3)
+    assert got["gelu", "unfused, PyTorch"] == pytest.approx(138.9 / 92.0)
+    assert got["gelu (erf)", "fused"] == pytest.approx(137.6 / 92.0)
+    assert got["silu", "unfused, PyTorch"] == pytest.approx(121.8 / 81.9)
+    # and the widget shows those ratios, flagging them with the lesson's SLOW
+    call = next(
+        n
+        for n in ast.walk(SCRIPT.tree)
+        if isinstance(n, ast.Call) and ast.unparse(n.func) == "SweepExplorer"
+    )
+    kw = {k.arg: ast.unparse(k.value) for k in call.keywords}
+    assert kw["metric"] == "'vs'" and kw["slow_fraction"] == "SLOW", kw
+    assert 0 < SCRIPT.constant("SLOW") < 1
+
+
+def test_the_lesson_writes_microseconds_as_elsewhere():
+    assert not re.search(r"\(us\)|\bunit=\"us\"", SCRIPT.text)
+    assert "h100" not in SCRIPT.text.lower()  # compile targets name the architecture
+
+
 # --------------------------------------------------------------------------- exercises
 
 
