@@ -268,3 +268,22 @@ def test_plot_caption_fits_inside_the_figure():
     assert box.y0 >= frame.y0
     # the axes' labels stay above the caption
     assert fig.axes[0].get_tightbbox().y0 >= box.y1 - 1
+
+
+@pytest.mark.parametrize("title", [None, "num_warps"])
+def test_plot_legend_hides_no_data_and_stays_in_the_figure(title):
+    """The legend sits beside the axes, not on them (no line runs under it), has a
+    background, and the layout keeps all of it, its title too, inside the figure."""
+    fig = plot_record(
+        _gpu_record(False), x="n", y="gbps", series="impl", ceiling=3000.0,
+        legend_title=title,
+    )  # fmt: skip
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    legend = ax.get_legend()
+    box, axes, frame = legend.get_window_extent(), ax.get_window_extent(), fig.bbox
+    assert box.x0 >= axes.x1, (box, axes)  # right of the axes: no overlap with data
+    assert frame.x0 <= box.x0 and box.x1 <= frame.x1 and box.y1 <= frame.y1, (box, frame)
+    assert legend.get_frame_on() and legend.get_frame().get_alpha() > 0.5
+    assert legend.get_title().get_text() == (title or "")
+    assert [t.get_text() for t in legend.get_texts()] == ["tilebook", "torch", "copy bandwidth"]

@@ -30,6 +30,7 @@ __all__ = [
     "caption_figure",
     "house_style",
     "no_record_message",
+    "place_legend",
     "plot_record",
     "run_caption",
     "series_colors",
@@ -71,7 +72,11 @@ _STYLE: dict[str, Any] = {
     "axes.spines.right": False,
     "axes.prop_cycle": matplotlib.cycler(color=PALETTE),
     "font.size": 10,
-    "legend.frameon": False,
+    # A legend that must sit on the axes hides no line behind a transparent box.
+    "legend.frameon": True,
+    "legend.framealpha": 0.92,
+    "legend.edgecolor": "0.8",
+    "legend.facecolor": "white",
     "lines.linewidth": 2.0,
     "lines.markersize": 5,
 }
@@ -80,6 +85,14 @@ _STYLE: dict[str, Any] = {
 def house_style():
     """A context manager applying tilebook's matplotlib style."""
     return plt.rc_context(_STYLE)
+
+
+def place_legend(ax, **kwargs):
+    """``ax``'s legend outside the axes, on their right: wherever the lines go, the
+    legend hides none of them.  ``kwargs`` go to :meth:`matplotlib.axes.Axes.legend`
+    (a ``title``, say).  Returns the legend."""
+    where = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0), "borderaxespad": 0.0}
+    return ax.legend(**(where | kwargs))
 
 
 def no_record_message(name: str) -> str:
@@ -136,6 +149,7 @@ def plot_record(
     colors: Mapping[str, str] | None = None,
     name: str | None = None,
     spread: bool = True,
+    legend_title: str | None = None,
 ):
     """Line plot of ``y`` against ``x``, one line per value of ``series``.
 
@@ -146,7 +160,10 @@ def plot_record(
     With ``spread`` (the default) each line carries a band from its rows' 20th to
     80th percentile times, so that a reader sees which gaps are inside the noise.
     ``ceiling`` draws a dashed horizontal line (e.g. the copy bandwidth measured in
-    the same run as the record).  Returns the figure, or None (after printing why) when
+    the same run as the record).  The legend (titled ``legend_title``) sits outside
+    the axes, on their right (:func:`place_legend`), so that no line runs under it;
+    the layout makes room for it, so change it here, not on the returned figure.
+    Returns the figure, or None (after printing why) when
     ``record`` is None or has no matching rows; ``name`` names the missing
     record in that message.
     """
@@ -187,7 +204,7 @@ def plot_record(
         ax.set_ylim(bottom=0)
         ax.set_title(title or record.title)
         if series or ceiling is not None:
-            ax.legend(loc="best")
+            place_legend(ax, title=legend_title)
         lines = _caption_lines(record.caption(), fig.get_figwidth(), CAPTION_FONTSIZE)
         fig.text(
             0.01, 0.005, "\n".join(lines),
