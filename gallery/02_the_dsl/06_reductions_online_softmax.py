@@ -337,8 +337,10 @@ lowering.check(
 lowering
 
 # %%
-# More warps shorten the first level and lengthen the last (lesson 10 measures
-# which wins); two reductions of one tile each pay the shuffles and barrier.
+# More warps shorten the first level and lengthen the last; no lesson times
+# that trade on its own (lesson 10 gives long rows more warps for another
+# reason: so that a row's values fit in the registers).  Two reductions of one
+# tile each pay the shuffles and barrier.
 #
 # Across programs
 # ---------------

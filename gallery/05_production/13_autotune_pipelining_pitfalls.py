@@ -467,10 +467,11 @@ figure = plot_record(
     series="warps",
     title=f"{TITLE}, 128 x 256 x 64 tiles",
     xlabel="num_stages",
+    ylabel="TFLOP/s",
+    legend_title="num_warps",  # the lines
     name="lesson13_pipelining",
 )
-if figure is not None:  # the lines are num_warps; the axis shows only measured depths
-    figure.axes[0].get_legend().set_title("num_warps")
+if figure is not None:  # the axis shows only the measured depths
     figure.axes[0].set_xticks(sorted({r["stages"] for r in timed.rows}))
 
 # %%
@@ -496,8 +497,9 @@ speed
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~
 # A long sum in a 16-bit accumulator goes wrong once the spacing between the
 # totals it can hold nears what each step adds: every addition rounds.  Lesson
-# 05 measured it for bf16 ``tl.dot`` on a GPU; here it is in fp16, which the
-# interpreter rounds right (``ACC`` is the accumulator's dtype):
+# 05 measured it for ``tl.dot``, each piece of ``K`` added into an fp16 (or, on
+# a GPU, bf16) accumulator; here it is a plain running sum, one ``+=`` a step,
+# in fp16 (``ACC`` is the accumulator's dtype):
 
 
 @triton.jit
