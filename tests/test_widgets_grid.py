@@ -168,6 +168,10 @@ def test_programs_started_marks_exactly_the_first_tiles():
         assert root.locator("output").last.inner_text() == "7"
         started = root.locator(".tbw-cell.run span:first-child").all_inner_texts()
         assert sorted(started) == sorted(f"#{i}" for i in range(7))  # in launch order
+        # the numbers are the linear index, which a GPU follows mostly (lesson 02
+        # measures how closely), not a start order the widget could vouch for
+        assert "mostly, not exactly" in root.locator(".tbw-note").inner_text()
+        assert root.locator(".tbw-cell.run").first.get_attribute("title").endswith("linear index 0")
         assert root.locator(".tbw-cell.wait").count() == 5
         assert root.get_attribute("data-value").endswith("/7")
         # a grid knob resets the count to the new grid's size

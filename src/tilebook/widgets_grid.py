@@ -223,8 +223,9 @@ class GridExplorer(Widget):
     ``"cdiv"`` (``(cdiv(M, BLOCK_M), cdiv(N, BLOCK_N))``, right),
     ``"floor"`` (``M // BLOCK_M``: too small when a size is not a multiple)
     and ``"swapped axes"`` (``(cdiv(N, BLOCK_N), cdiv(M, BLOCK_M))``, the grid of a
-    kernel that reads the axes the other way round).  Programs start in the
-    order of their linear index ``pid_0 + pid_1 * grid_0``.
+    kernel that reads the axes the other way round).  Programs are numbered by
+    their linear index ``pid_0 + pid_1 * grid_0``, the order a GPU mostly (not
+    exactly) starts them in; "programs started" takes it as the start order.
     """
 
     kind = "grid-explorer"

@@ -35,16 +35,17 @@ function update(){
       c.className+=" own"+((i+j)%2?" alt":"");c.className+=order<k?" run":" wait";
       c.appendChild(el("span","","#"+order));
       if(size>=30)c.appendChild(el("span","","("+i+","+j+")"));
-      c.title="tile ("+i+", "+j+"): program (pid 0 = "+i+", pid 1 = "+j+"), started "+
-        (order+1)+(order===0?"st":order===1?"nd":order===2?"rd":"th");
+      c.title="tile ("+i+", "+j+"): program (pid 0 = "+i+", pid 1 = "+j+"), linear "+
+        "index "+order;
     }else{c.className+=" none";c.title="tile ("+i+", "+j+"): no program owns it"}
     map.appendChild(c)}}
   map.setAttribute("aria-label",r.tiles+" tiles, "+r.unowned+" not owned by any program");
   if(r.wrong){root.classList.add("tbw-wrong");verdict.textContent="Wrong: "+r.wrong}
   else if(r.idle){root.classList.add("tbw-slow");verdict.textContent="Wasteful: "+r.note}
   else{verdict.textContent="Every tile is owned by exactly one program."}
-  note.textContent=r.wrong?r.note:(r.idle?"":"Programs start in the order of the numbers: "+
-    "pid 0 changes fastest. Move \u201cprograms started\u201d to watch the first ones.");
+  note.textContent=r.wrong?r.note:(r.idle?"":"The numbers are the linear index, pid 0 "+
+    "changing fastest: a GPU starts programs mostly, not exactly, in that order. "+
+    "Move \u201cprograms started\u201d to watch the first ones.");
   root.dataset.value=[r.m,r.n,r.block_m,r.block_n,r.grid,k].join("/");
   root.dataset.verdict=r.wrong?"wrong":(r.idle?"slow":"ok");
 }
