@@ -56,7 +56,13 @@ from tilebook.bench import record_or_measure
 from tilebook.check import CorrectnessReport
 from tilebook.claims import Claims, speedup
 from tilebook.experiments import dot as experiment
-from tilebook.plots import caption_figure, house_style, no_record_message, run_caption
+from tilebook.plots import (
+    caption_figure,
+    house_style,
+    no_record_message,
+    place_legend,
+    run_caption,
+)
 from tilebook.prose import say
 from tilebook.tables import table
 from tilebook.widgets_dot import DotExplorer
@@ -422,7 +428,7 @@ with house_style():
     ax.axhline(WRONG, color="0.4", linestyle=":", linewidth=1.2, label="wrong above")
     ax.set(xscale="log", yscale="log", xlabel="K", ylabel="error / rounding")
     ax.set_title("The accumulator's dtype over a long K")
-    ax.legend(loc="best")
+    place_legend(ax)
     caption_figure(fig, run_caption())
 apart = {
     (p, q): max(abs(by[p, k] / by[q, k] - 1) for k in KS)
