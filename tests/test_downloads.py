@@ -76,9 +76,9 @@ def _host_packages(farm: Path) -> list[str]:
     dirs = []
     for i, entry in enumerate(dict.fromkeys(sys.path)):
         path = Path(entry or ".").resolve()
+        # Only site directories: the test environment may live inside the clone
+        # (.nox/tilebook, as in CI), the clone's sources never do.
         if not path.is_dir() or path.name not in ("site-packages", "dist-packages"):
-            continue
-        if path == ROOT or ROOT in path.parents:
             continue
         linked = farm / f"site{i}"
         linked.mkdir(parents=True)
