@@ -90,7 +90,7 @@ def lesson(tmp_path_factory):
     head = (
         "import torch\nimport torch.nn.functional as F\nimport triton\n"
         "import triton.language as tl\n"
-        "from tilebook.bench import load_record\nfrom tilebook.claims import speedup\n"
+        "from tilebook.bench import load_record\nfrom tilebook.claims import MIN_NOISE, speedup\n"
         "from tilebook.widgets_decision import DecisionTree, Leaf, Question\n\n"
         f"DEVICE, GPU = torch.device({DEVICE.type!r}), {GPU}\n\n"
     )
