@@ -20,6 +20,7 @@ import math
 import os
 import platform
 import subprocess
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -40,6 +41,7 @@ __all__ = [
     "commit_records",
     "compare",
     "copy_bandwidth",
+    "host_us",
     "load_record",
     "measure",
     "measure_interleaved",
@@ -211,6 +213,19 @@ def compare(
 
 
 _COPY_CACHE: dict[int, Measurement] = {}
+
+
+def host_us(fn: Callable[[], Any], calls: int = 30) -> float:
+    """Host time of one call in microseconds: ``calls`` calls back to back without
+    waiting for the GPU, which runs behind, so this is the Python, checks and launch
+    work (synchronised before and after, outside the timing)."""
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    host = (time.perf_counter() - t) / calls * 1e6
+    torch.cuda.synchronize()
+    return host
 
 
 def copy_bandwidth(nbytes: int = 1 << 30) -> Measurement:

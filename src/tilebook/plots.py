@@ -205,14 +205,7 @@ def plot_record(
         ax.set_title(title or record.title)
         if series or ceiling is not None:
             place_legend(ax, title=legend_title)
-        lines = _caption_lines(record.caption(), fig.get_figwidth(), CAPTION_FONTSIZE)
-        fig.text(
-            0.01, 0.005, "\n".join(lines),
-            fontsize=CAPTION_FONTSIZE, color="0.35", ha="left", va="bottom",
-        )  # fmt: skip
-        # Room at the bottom for the caption's lines (a line is about 1.25 font sizes).
-        line = 1.25 * CAPTION_FONTSIZE / (72 * fig.get_figheight())
-        fig.tight_layout(rect=(0, 0.01 + line * len(lines), 1, 1))
+        caption_figure(fig, record.caption())
     return fig
 
 
@@ -247,6 +240,7 @@ def caption_figure(fig, text: str):
         0.01, 0.005, "\n".join(lines),
         fontsize=CAPTION_FONTSIZE, color="0.35", ha="left", va="bottom",
     )  # fmt: skip
+    # Room at the bottom for the caption's lines (a line is about 1.25 font sizes).
     line = 1.25 * CAPTION_FONTSIZE / (72 * fig.get_figheight())
     fig.tight_layout(rect=(0, 0.01 + line * len(lines), 1, 1))
     return fig

@@ -30,14 +30,13 @@ same mask.  The implementations of one row are timed in interleaved rounds
 from __future__ import annotations
 
 import math
-import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
-from ..bench import Record, compare
+from ..bench import Record, compare, host_us
 from ..claims import speedup
 from ..ops import flash_attention as fa
 
@@ -210,18 +209,6 @@ def reference_rows(q, k, v, causal: bool, rows: torch.Tensor) -> torch.Tensor:
         keys = torch.arange(k.shape[2], device=q.device)
         s = s.masked_fill(keys[None, :] > rows[:, None], float("-inf"))
     return torch.softmax(s, dim=-1) @ v.double()
-
-
-def host_us(fn: Callable[[], Any], calls: int = 30) -> float:
-    """Host time of one call in microseconds: the GPU runs behind, so this is the
-    Python, checks and launch work."""
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    host = (time.perf_counter() - t) / calls * 1e6
-    torch.cuda.synchronize()
-    return host
 
 
 def _grads(o: torch.Tensor, inputs, do: torch.Tensor):

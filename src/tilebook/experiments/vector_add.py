@@ -21,7 +21,6 @@ bytes that must move: both inputs read once and the output written once,
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +28,7 @@ from typing import Any
 import torch
 import triton
 
-from ..bench import compare
+from ..bench import compare, host_us
 from ..check import default_tolerance
 from ..ops.vector_add import vector_add
 
@@ -125,17 +124,6 @@ def _quantiles(values: Sequence[float]) -> tuple[float, float, float]:
     return tuple(float(v) for v in q)
 
 
-def _host_us(fn: Callable[[], Any], calls: int) -> float:
-    """Microseconds of host time per call: ``calls`` calls back to back, unsynchronised."""
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    host = (time.perf_counter() - t) / calls * 1e6
-    torch.cuda.synchronize()
-    return host
-
-
 def host_and_gpu(
     impls: dict[str, Callable[[], Any]], *, rounds: int = 3, calls: int = HOST_CALLS
 ) -> dict[str, dict[str, float]]:
@@ -162,7 +150,7 @@ def host_and_gpu(
     gpu: dict[str, list[float]] = {name: [] for name in impls}
     for _ in range(rounds):
         for name, fn in impls.items():
-            host[name].append(_host_us(fn, calls))
+            host[name].append(host_us(fn, calls))
             med = do_bench_cudagraph(fn, rep=GRAPH_MS, quantiles=[0.5, 0.2, 0.8])[0]
             gpu[name].append(1e3 * float(med))
     out = {}
