@@ -221,7 +221,7 @@ def test_stages_raise_shared_memory_by_one_tile_of_a_and_b(lesson, grid):
 
 def test_a_pipeline_too_deep_for_shared_memory_is_refused(lesson, grid):
     job, _ = grid
-    limit = fact("h100.smem_per_block").value * 1024
+    limit = fact("sm90.smem_per_block").value * 1024
     with pytest.raises(AotError, match="shared memory") as info:
         compile_many([{**job, "num_stages": 5}], arch=90, num_warps=8, workers=1)
     assert "needs" in str(info.value)

@@ -579,7 +579,7 @@ def per_sm(kernel):
     """How many programs like ``kernel`` fit on a Hopper (sm_90) SM at once."""
     threads, regs = 32 * kernel.num_warps, -(-kernel.registers // 8) * 8
     by_regs = fact("cuda.registers_per_sm").value // (regs * threads)
-    smem = int(fact("h100.smem_per_sm").si)  # compute capability 9.0: any Hopper
+    smem = int(fact("sm90.smem_per_sm").si)  # the compile target: any Hopper
     return min(by_regs, smem // (kernel.shared_bytes + 1024))  # CUDA keeps 1 KiB each
 
 

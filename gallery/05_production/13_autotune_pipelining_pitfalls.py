@@ -380,7 +380,7 @@ print(textwrap.fill(refusal.splitlines()[-1], 88) if refusal else "compiled")
 # What the grid says, and the rules it is checked against:
 
 per_stage = (TILE["BLOCK_M"] + TILE["BLOCK_N"]) * TILE["BLOCK_K"] * 2  # bf16
-limit = int(fact("h100.smem_per_block").si)  # compute capability 9.0's: the target
+limit = int(fact("sm90.smem_per_block").si)  # the compile target sm_90
 facts = {ws: counts[lb] for ws, lb in grid_labels.items()}
 built = Claims("13 autotune", f"compiled for sm_90, triton {triton.__version__}")
 built.check(

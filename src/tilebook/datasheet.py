@@ -171,11 +171,12 @@ def _facts(*rows: tuple) -> dict[str, Fact]:
 
 
 def _per_capability(key: str, capability: str) -> tuple[tuple, ...]:
-    """Shared memory by compute capability (the CUDA guide's table), for one GPU."""
+    """Shared memory by compute capability (the CUDA guide's table), for one GPU
+    (``key`` a key of GPUS) or for a compile target (``key`` like ``"sm90"``)."""
     per_sm, per_block = {"9.0": (228, 227), "8.9": (100, 99), "8.0": (164, 163), "7.5": (64, 64)}[
         capability
     ]
-    name = GPUS[key].name
+    name = GPUS[key].name if key in GPUS else f"compute capability {capability}"
     return (
         (f"{key}.smem_per_sm", name, "shared memory per SM (at most)", per_sm, "KB", "cuda-guide"),
         (
@@ -283,6 +284,12 @@ FACTS: dict[str, Fact] = _facts(
     ("t4.fp16_dense", T4, "fp16 tensor-core peak, dense", 65, TF, "t4-datasheet"),
     ("t4.fp32", T4, "fp32 peak without tensor cores", 8.1, TF, "t4-datasheet"),
     # -- the programming model (compute capabilities 7.5 to 9.0)
+    # -- by compute capability, for code compiled for a target rather than a GPU
+    *(
+        row
+        for cc in ("9.0", "8.9", "8.0", "7.5")
+        for row in _per_capability("sm" + cc.replace(".", ""), cc)
+    ),
     ("cuda.warp_size", ALL, "threads in a warp", 32, "threads", "cuda-guide"),
     ("cuda.max_registers", ALL, "registers one thread may use", 255, "registers", "cuda-guide"),
     ("cuda.registers_per_sm", ALL, "32-bit registers per SM", 65536, "registers", "cuda-guide"),
