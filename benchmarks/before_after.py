@@ -1,0 +1,163 @@
+"""The ops of two source trees side by side: GPU time and host time, in interleaved rounds.
+
+A refactor of the ops must keep their speed.  Two versions of ``tilebook`` cannot share
+one process, so each round starts one child process per tree (``PYTHONPATH=<tree>/src``)
+and the trees alternate, ``A B`` then ``B A``: a drift of the GPU's clocks or of the
+host's load falls on both.  Each child measures, for every op and shape:
+
+- the GPU time of the forward and of the backward through a replayed CUDA graph
+  (``triton.testing.do_bench_cudagraph``): what the kernels cost, without the host;
+- the host time of one eager call on a small input, forward and forward plus backward
+  (:func:`host_overhead._host_us`: the fastest block of back-to-back calls).
+
+The table gives each tree's median over the rounds and the ratio ``B / A`` (time: below
+1 is faster).
+
+    python benchmarks/before_after.py OLD_TREE NEW_TREE [--rounds 3] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+#: Rows of 2**26 bf16 elements each (128 MiB a tensor), cut at these row lengths.
+ELEMENTS = 1 << 26
+ROW_OPS = {"rms_norm": (1024, 4096, 16384), "layer_norm": (1024, 4096, 16384),
+           "softmax": (1024, 4096), "dropout": (4096,)}  # fmt: skip
+
+
+def _child() -> None:
+    import torch
+    import torch.nn.functional as F
+    import triton
+
+    import tilebook
+
+    sys.path.insert(0, str(HERE))
+    from host_overhead import _host_us
+
+    bf, dev = torch.bfloat16, "cuda"
+
+    def gpu_us(fn) -> float | None:
+        try:
+            return triton.testing.do_bench_cudagraph(fn, rep=40) * 1e3
+        except Exception as exc:  # noqa: BLE001
+            print(f"  (no graph: {exc!r:.120})", file=sys.stderr)
+            return None
+
+    def op_call(name, x, w, b):
+        if name == "rms_norm":
+            return lambda: tilebook.rms_norm(x, w)
+        if name == "layer_norm":
+            return lambda: tilebook.layer_norm(x, w, b)
+        if name == "softmax":
+            return lambda: tilebook.softmax(x)
+        return lambda: tilebook.dropout(x, 0.1, seed=1)
+
+    out = {}
+    for name, hiddens in ROW_OPS.items():
+        for n in hiddens:
+            rows = ELEMENTS // n
+            x = torch.randn(rows, n, device=dev, dtype=bf)
+            w = (1 + 0.1 * torch.randn(n, device=dev)).to(bf)
+            b = (0.1 * torch.randn(n, device=dev)).to(bf)
+            out[f"{name} fwd {rows}x{n}"] = gpu_us(op_call(name, x, w, b))
+            xg, wg, bg = (t.clone().requires_grad_() for t in (x, w, b))
+            y = op_call(name, xg, wg, bg)()
+            dy = torch.randn_like(y)
+            ins = [t for t in (xg, wg, bg) if name in ("rms_norm", "layer_norm") or t is xg]
+            ins = ins[:2] if name == "rms_norm" else ins
+
+            def bwd(y=y, ins=ins, dy=dy):
+                return torch.autograd.grad(y, ins, dy, retain_graph=True)
+
+            out[f"{name} bwd {rows}x{n}"] = gpu_us(bwd)
+            del x, w, b, xg, wg, bg, y, dy
+            torch.cuda.empty_cache()
+    v = torch.randn(ELEMENTS, device=dev)
+    out[f"vector_add {ELEMENTS}"] = gpu_us(lambda: tilebook.vector_add(v, v))
+    m = torch.randn(2048, 2048, device=dev, dtype=bf)
+    out["matmul 2048^3"] = gpu_us(lambda: tilebook.matmul(m, m))
+    # Host time of one eager call on a small input (16 x 1024 bf16).
+    x = torch.randn(16, 1024, device=dev, dtype=bf)
+    w, b = torch.randn(1024, device=dev, dtype=bf), torch.randn(1024, device=dev, dtype=bf)
+    dy = torch.randn_like(x)
+    xs, ws, bs = (t.clone().requires_grad_() for t in (x, w, b))
+
+    def step(op, *ins):
+        return lambda: torch.autograd.grad(op(*ins), ins, dy)
+
+    small = {
+        "rms_norm": (lambda: tilebook.rms_norm(x, w), step(tilebook.rms_norm, xs, ws),
+                     lambda: F.rms_norm(x, (1024,), w),
+                     step(lambda t, u: F.rms_norm(t, (1024,), u), xs, ws)),
+        "layer_norm": (lambda: tilebook.layer_norm(x, w, b), step(tilebook.layer_norm, xs, ws, bs),
+                       lambda: F.layer_norm(x, (1024,), w, b),
+                       step(lambda t, u, c: F.layer_norm(t, (1024,), u, c), xs, ws, bs)),
+        "softmax": (lambda: tilebook.softmax(x), step(tilebook.softmax, xs),
+                    lambda: torch.softmax(x, -1), step(lambda t: torch.softmax(t, -1), xs)),
+        "dropout": (lambda: tilebook.dropout(x, 0.1, seed=1),
+                    step(lambda t: tilebook.dropout(t, 0.1, seed=1), xs),
+                    lambda: F.dropout(x, 0.1), step(lambda t: F.dropout(t, 0.1), xs)),
+    }  # fmt: skip
+    s = torch.randn(4096, device=dev)
+    for name, (fwd, fb, tfwd, tfb) in small.items():
+        out[f"host {name} fwd"] = _host_us(fwd)
+        out[f"host {name} fwd+bwd"] = _host_us(fb)
+        out[f"host torch {name} fwd"] = _host_us(tfwd)
+        out[f"host torch {name} fwd+bwd"] = _host_us(tfb)
+    out["host vector_add"] = _host_us(lambda: tilebook.vector_add(s, s))
+    out["host torch.add"] = _host_us(lambda: torch.add(s, s))
+    print(json.dumps({"banner": tilebook.banner(), "file": tilebook.__file__, "us": out}))
+
+
+def _run(tree: Path) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(tree / "src"))
+    proc = subprocess.run([sys.executable, __file__, "--child"], env=env, capture_output=True,
+                          text=True, check=False)  # fmt: skip
+    if proc.returncode:
+        raise SystemExit(f"{tree}: child failed\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("a", type=Path, help="the tree before (its src/ holds tilebook)")
+    p.add_argument("b", type=Path, help="the tree after")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--json", default="")
+    args = p.parse_args(argv)
+    got: dict[str, list[dict]] = {"a": [], "b": []}
+    for r in range(args.rounds):
+        for side in ("a", "b") if r % 2 == 0 else ("b", "a"):
+            res = _run(getattr(args, side))
+            got[side].append(res["us"])
+            print(f"round {r + 1} {side}: {res['file']}", file=sys.stderr, flush=True)
+    keys = list(got["a"][0])
+    med = {s: {k: statistics.median(v for run in got[s] if (v := run[k]) is not None)
+               if any(run[k] is not None for run in got[s]) else None for k in keys}
+           for s in got}  # fmt: skip
+    print(f"{res['banner']}\nrounds: {args.rounds}; a = {args.a}, b = {args.b}")
+    print(f"{'measure (µs)':<40}{'a':>10}{'b':>10}{'b / a':>8}")
+    for k in keys:
+        a, b = med["a"][k], med["b"][k]
+        ratio = f"{b / a:8.3f}" if a and b else f"{'-':>8}"
+        fa, fb = (f"{v:10.1f}" if v is not None else f"{'-':>10}" for v in (a, b))
+        print(f"{k:<40}{fa}{fb}{ratio}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"runs": got, "median": med}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--child"]:
+        _child()
+    else:
+        sys.exit(main())
