@@ -81,9 +81,12 @@ class Comparison:
         return not (self.faster or self.slower)
 
     def evidence(self, a: str = "it", b: str = "the other") -> str:
-        return (
-            f"{a} runs {self.ratio:.3f}x the speed of {b} (spread {self.low:.3f}-{self.high:.3f}x)"
+        said = (
+            f"{a} runs {self.ratio:.3f}x the speed of {b} (spread {self.low:.3f}-{self.high:.3f}x"
         )
+        if self.tied and (self.low > 1.0 or self.high < 1.0):  # the floor, not the spread
+            said += f"; within the {self.min_noise:.0%} noise floor"
+        return said + ")"
 
 
 def speedup(a: dict[str, Any], b: dict[str, Any], *, min_noise: float = MIN_NOISE) -> Comparison:
