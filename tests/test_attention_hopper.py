@@ -124,7 +124,7 @@ def test_a_failing_gluon_forward_falls_back_to_the_triton_one(monkeypatch):
     kw = {"sm_scale": 0.125, "mask": mask, "document_ids": None, "config": cfg}
     with pytest.warns(RuntimeWarning, match="Gluon flash-attention forward failed"):
         o, _ = fa.attention_forward(q, k, v, **kw)
-    want = reference(q, k, v, causal=True, sm_scale=0.125)
+    want = reference(q, k, v, causal=True, scale=0.125)
     assert rel_err(o, want) < (2e-2 if dtype == torch.bfloat16 else 3e-3)
     assert ah._BROKEN and not ah.available()
     fa.attention_forward(q, k, v, **kw)  # no second try, no second warning

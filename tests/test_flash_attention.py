@@ -5,6 +5,7 @@ ahead-of-time compilation for sm_90, and bf16/fp16 on a GPU."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -23,14 +24,14 @@ TOL = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}
 FLOAT = torch.bfloat16 if tilebook.is_gpu() else torch.float32
 
 
-def reference(q, k, v, *, causal=False, sm_scale=None, window=None, document_ids=None):
+def reference(q, k, v, *, causal=False, scale=None, window=None, document_ids=None):
     """Attention in float64 with the mask written out element by element."""
     q, k, v = q.double(), k.double(), v.double()
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     k = k.repeat_interleave(H // Hkv, dim=1)
     v = v.repeat_interleave(H // Hkv, dim=1)
-    scale = 1.0 / math.sqrt(D) if sm_scale is None else sm_scale
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
     i = torch.arange(Nq, device=q.device)[:, None] + (Nk - Nq)  # i', bottom-right aligned
     j = torch.arange(Nk, device=q.device)[None, :]
     visible = torch.ones(Nq, Nk, dtype=torch.bool, device=q.device)
@@ -111,7 +112,7 @@ def test_matches_float64(shape, mask, dtype):
 
 def test_custom_scale():
     q, k, v = make_qkv(1, 2, 1, 29, 41, 32)
-    check_against_reference(q, k, v, sm_scale=0.3, causal=True)
+    check_against_reference(q, k, v, scale=0.3, causal=True)
 
 
 def _sorted_documents(batch: int, n: int) -> torch.Tensor:
@@ -264,9 +265,9 @@ def test_bad_inputs():
     meta = torch.empty(1, 4, 8, 32, device="meta")
     _err(ValueError, "device|on meta", meta, k, v)
     _err(TypeError, "causal must be a bool", q, k, v, causal=1)
-    _err(TypeError, "sm_scale", q, k, v, sm_scale="0.1")
-    _err(ValueError, "sm_scale", q, k, v, sm_scale=-1.0)
-    _err(ValueError, "sm_scale", q, k, v, sm_scale=float("nan"))
+    _err(TypeError, "scale", q, k, v, scale="0.1")
+    _err(ValueError, "scale", q, k, v, scale=-1.0)
+    _err(ValueError, "scale", q, k, v, scale=float("nan"))
     _err(TypeError, "window", q, k, v, window=5)
     _err(TypeError, "window", q, k, v, window=(1, 2, 3))
     _err(TypeError, "left bound", q, k, v, window=(1.5, None))
@@ -441,11 +442,11 @@ def test_repeat_calls_replay_the_remembered_forward_and_backward(monkeypatch):
     assert call.backward is None
     for step, scale in enumerate((None, 0.2, None)):  # new tensors each time
         q, k, v = make_qkv(1, 4, 2, 40, 56, 32)
-        out = fa.flash_attention(q, k, v, causal=True, sm_scale=scale)
-        want = reference(q, k, v, causal=True, sm_scale=scale)
+        out = fa.flash_attention(q, k, v, causal=True, scale=scale)
+        want = reference(q, k, v, causal=True, scale=scale)
         assert rel_err(out, want) < TOL[FLOAT]
         # with grad: the forward replay, and from the second step the backward's
-        check_against_reference(q, k, v, causal=True, sm_scale=scale)
+        check_against_reference(q, k, v, causal=True, scale=scale)
         assert forward.calls == 2 * step + 2
         if step == 0:
             assert call.backward is not None
@@ -459,7 +460,7 @@ def test_repeat_calls_replay_the_remembered_forward_and_backward(monkeypatch):
     for args, extra in (
         ((q, k, v), {"causal": True, "window": (8, None)}),
         ((q, q, q), {"causal": True, "document_ids": docs}),
-        ((q, k, v), {"causal": True, "sm_scale": 1}),
+        ((q, k, v), {"causal": True, "scale": 1}),
         ((q2, k, v), {"causal": True}),
         ((q, k, v), {"causal": False}),
     ):
@@ -477,8 +478,8 @@ def test_repeat_calls_replay_the_remembered_forward_and_backward(monkeypatch):
     assert all(rel_err(g, w) < TOL[FLOAT] for g, w in zip(got, want, strict=True))
     assert (forward.calls, backward.calls) == (7, 2)
     # Bad arguments on a remembered kind still raise.
-    with pytest.raises(ValueError, match="sm_scale"):
-        fa.flash_attention(q, k, v, causal=True, sm_scale=-1.0)
+    with pytest.raises(ValueError, match="scale"):
+        fa.flash_attention(q, k, v, causal=True, scale=-1.0)
     with pytest.raises(TypeError, match="causal"):
         fa.flash_attention(q, k, v, causal=1)
     # Replays that decline (another specialisation of an output): the ordinary paths.
@@ -486,3 +487,21 @@ def test_repeat_calls_replay_the_remembered_forward_and_backward(monkeypatch):
     check_against_reference(q, k, v, causal=True)
     call.forward, call.backward = forward, lambda *a: None
     check_against_reference(q, k, v, causal=True)
+
+
+def test_sm_scale_is_the_former_name_of_scale(monkeypatch):
+    """``scale=`` as SDPA spells it; ``sm_scale=`` still works, with one FutureWarning."""
+    monkeypatch.setattr(fa, "_WARNED_SM_SCALE", False)
+    q, k, v = make_qkv(1, 2, 1, 9, 13, 32)
+    want = fa.flash_attention(q, k, v, causal=True, scale=0.3)
+    with pytest.warns(FutureWarning, match="sm_scale= is now scale="):
+        got = fa.flash_attention(q, k, v, causal=True, sm_scale=0.3)
+    assert torch.equal(got, want)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once: the second call is silent
+        assert torch.equal(fa.flash_attention(q, k, v, causal=True, sm_scale=0.3), want)
+    assert not torch.equal(fa.flash_attention(q, k, v, causal=True), want)
+    with pytest.raises(TypeError, match="not both"):
+        fa.flash_attention(q, k, v, scale=0.3, sm_scale=0.3)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'softmax_scale'"):
+        fa.flash_attention(q, k, v, softmax_scale=0.3)

@@ -44,7 +44,9 @@ import importlib.util
 import math
 import sys
 import types
+import warnings
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import triton
@@ -1069,11 +1071,9 @@ def _check_args(q, k, v, causal, sm_scale, window, document_ids) -> None:
         raise TypeError(f"{_OP}: causal must be a bool, got {type(causal).__name__}")
     if sm_scale is not None:
         if isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float)):
-            raise TypeError(
-                f"{_OP}: sm_scale must be a float or None, got {type(sm_scale).__name__}"
-            )
+            raise TypeError(f"{_OP}: scale must be a float or None, got {type(sm_scale).__name__}")
         if not (math.isfinite(sm_scale) and sm_scale > 0):
-            raise ValueError(f"{_OP}: sm_scale must be a finite positive number, got {sm_scale}")
+            raise ValueError(f"{_OP}: scale must be a finite positive number, got {sm_scale}")
     if window is not None:
         if not isinstance(window, (tuple, list)) or len(window) != 2:
             raise TypeError(f"{_OP}: window must be a (left, right) pair or None, got {window!r}")
@@ -1198,19 +1198,42 @@ def _compiled(q, k, v, causal, sm_scale, window, document_ids) -> torch.Tensor:
 _compiling = torch.compiler.is_compiling
 
 
+_WARNED_SM_SCALE = False
+
+
+def _renamed_scale(scale: float | None, deprecated: dict[str, Any]) -> float | None:
+    """``scale`` given as the former keyword ``sm_scale=`` (a FutureWarning, once)."""
+    global _WARNED_SM_SCALE
+    unknown = sorted(set(deprecated) - {"sm_scale"})
+    if unknown:
+        raise TypeError(f"{_OP}() got an unexpected keyword argument {unknown[0]!r}")
+    if scale is not None:
+        raise TypeError(f"{_OP}: give scale= (or the former sm_scale=), not both")
+    if not _WARNED_SM_SCALE:
+        _WARNED_SM_SCALE = True
+        warnings.warn(
+            f"{_OP}: sm_scale= is now scale= (as in scaled_dot_product_attention); "
+            "sm_scale= will be removed in the next release",
+            FutureWarning,
+            stacklevel=3,
+        )
+    return deprecated["sm_scale"]
+
+
 def flash_attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     *,
     causal: bool = False,
-    sm_scale: float | None = None,
+    scale: float | None = None,
     window: tuple[int | None, int | None] | None = None,
     document_ids: torch.Tensor | None = None,
+    **deprecated: Any,
 ) -> torch.Tensor:
     """Scaled dot-product attention by Triton kernels, with autograd.
 
-    ``softmax(q @ k^T * sm_scale + mask) @ v`` without materialising the scores.
+    ``softmax(q @ k^T * scale + mask) @ v`` without materialising the scores.
 
     Parameters
     ----------
@@ -1225,8 +1248,10 @@ def flash_attention(
     causal
         Query ``i`` sees key ``j`` when ``j <= i + Nk - Nq`` (bottom-right aligned, as
         in FlashAttention; the usual causal mask when ``Nq == Nk``).
-    sm_scale
-        The scale of the scores, a positive number; ``1 / sqrt(D)`` by default.
+    scale
+        The scale of the scores, a positive number; ``1 / sqrt(D)`` by default (as
+        in :func:`torch.nn.functional.scaled_dot_product_attention`).  The former
+        name ``sm_scale=`` still works for one release, with a ``FutureWarning``.
     window
         ``(left, right)``: query ``i`` sees keys ``j`` with
         ``i' - left <= j <= i' + right``, where ``i' = i + Nk - Nq``; either bound may
@@ -1259,6 +1284,7 @@ def flash_attention(
     --------
     >>> o = tilebook.flash_attention(q, k, v, causal=True)   # doctest: +SKIP
     """
+    sm_scale = scale if not deprecated else _renamed_scale(scale, deprecated)
     if _compiling():
         return _compiled(q, k, v, causal, sm_scale, window, document_ids)
     key = None
