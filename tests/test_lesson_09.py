@@ -90,10 +90,10 @@ def test_lesson_shows_the_package_kernel(name):
 
 
 def test_teaching_kernel_is_the_package_pointer_kernel_without_its_extras(lesson):
-    """The package's pointer kernel adds the epilogue, EVEN_K and INT64 to the lesson's."""
+    """The package's pointer kernel adds the epilogue, EVEN_K, INT64 and F32_DOT to the lesson's."""
     shown = set(inspect.signature(_python_function(lesson.tiled_matmul_kernel)).parameters)
     package = set(inspect.signature(_python_function(mm.matmul_kernel)).parameters)
-    assert package - shown == {"bias_ptr", "HAS_BIAS", "ACTIVATION", "EVEN_K", "INT64"}
+    assert package - shown == {"bias_ptr", "HAS_BIAS", "ACTIVATION", "EVEN_K", "INT64", "F32_DOT"}
     assert shown <= package
 
 

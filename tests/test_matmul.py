@@ -252,10 +252,8 @@ def test_bad_inputs():
         mm.matmul(a, torch.ones(16, 4, dtype=torch.int32, device=DEV))
     with pytest.raises(TypeError, match="matmul: a and b must have the same dtype"):
         mm.matmul(a, b.half())
-    with pytest.raises(ValueError, match="matmul: a must have 2 dimensions"):
-        mm.matmul(rand(2, 8, 16), b)
-    with pytest.raises(ValueError, match="matmul: b must have 2 dimensions"):
-        mm.matmul(a, rand(16))
+    with pytest.raises(ValueError, match="matmul: inner dimensions differ"):
+        mm.matmul(rand(2, 8, 15), b)  # batched: torch.matmul's shapes, checked alike
     with pytest.raises(ValueError, match="matmul: inner dimensions differ"):
         mm.matmul(a, rand(15, 4))
     with pytest.raises(ValueError, match="matmul: a is on meta"):
@@ -475,3 +473,96 @@ def test_matmul_grad_bf16_gpu(m, n, k):
             check_matmul_grads(a, b, rand(n, dtype=torch.bfloat16), "silu")
         except AssertionError as exc:
             raise AssertionError(f"{name}: {exc}") from exc
+
+
+# ----------------------------------------------------- torch.matmul's shapes and TF32
+
+
+@pytest.mark.parametrize(
+    ("sa", "sb"),
+    [
+        ((3, 5, 24), (24, 7)),  # a batch times one matrix: one product of 15 rows
+        ((2, 3, 5, 24), (24, 7)),
+        ((3, 5, 24), (3, 24, 7)),  # a batch of products
+        ((2, 1, 5, 24), (3, 24, 7)),  # broadcast batch dimensions
+        ((5, 24), (4, 24, 7)),
+        ((24,), (24, 7)),  # a vector times a matrix
+        ((5, 24), (24,)),  # a matrix times a vector
+        ((3, 5, 24), (24,)),
+        ((24,), (3, 24, 7)),
+    ],
+)
+def test_matmul_takes_torch_matmul_shapes(sa, sb):
+    a, b = rand(*sa), rand(*sb)
+    out = mm.matmul(a, b)
+    ref = torch.matmul(a.double(), b.double())
+    assert out.shape == ref.shape and out.dtype == a.dtype
+    err = ((out.double() - ref).norm() / ref.norm()).item()
+    assert err < TOL[torch.float32], f"relative error {err:.2e}"
+
+
+def test_batched_matmul_gradients_match_float64():
+    a = rand(2, 1, 5, 24).requires_grad_()
+    b = rand(3, 24, 7).requires_grad_()
+    dc = rand(2, 3, 5, 7)
+    got = torch.autograd.grad(mm.matmul(a, b), (a, b), dc)
+    a64, b64 = (t.detach().double().requires_grad_() for t in (a, b))
+    want = torch.autograd.grad(torch.matmul(a64, b64), (a64, b64), dc.double())
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape
+        assert ((g.double() - w).norm() / w.norm()).item() < TOL[torch.float32]
+
+
+def test_batched_matmul_refuses_what_torch_refuses():
+    with pytest.raises(ValueError, match="inner dimensions differ"):
+        mm.matmul(rand(3, 5, 24), rand(3, 23, 7))
+    with pytest.raises(ValueError, match="do not broadcast"):
+        mm.matmul(rand(2, 5, 24), rand(3, 24, 7))
+    with pytest.raises(ValueError, match="at least one dimension"):
+        mm.matmul(rand(()), rand(24, 7))
+    with pytest.raises(TypeError):
+        mm.matmul(rand(3, 5, 24), [[1.0]])
+
+
+@pytest.fixture
+def tf32():
+    """Sets ``torch.backends.cuda.matmul.allow_tf32`` (a property monkeypatch cannot
+    restore) and puts it back."""
+    flags = torch.backends.cuda.matmul
+    before = flags.allow_tf32
+    yield lambda on: setattr(flags, "allow_tf32", on)
+    flags.allow_tf32 = before
+
+
+def test_float32_follows_allow_tf32(tf32):
+    """TF32 only where torch.matmul would take it; the flag is part of a call's key,
+    so a remembered call does not keep the other setting."""
+    a, b = rand(8, 16), rand(16, 8)
+    for allowed, want in ((False, "ieee"), (True, "tf32")):
+        tf32(allowed)
+        assert mm.f32_dot(torch.float32) == want
+        assert mm.f32_dot(torch.bfloat16) == "tf32"  # 16-bit operands: the flag is moot
+        assert mm._call_key("matmul", a, b, None, "none", "auto")[-1] is allowed
+        assert_matches(mm.matmul(a, b), a, b)
+
+
+@pytest.mark.gpu
+def test_float32_without_tf32_is_float32_on_the_gpu(tf32):
+    a, b = rand(512, 768), rand(768, 384)
+    ref = a.double() @ b.double()
+
+    def err(allowed):
+        tf32(allowed)
+        return ((mm.matmul(a, b).double() - ref).norm() / ref.norm()).item()
+
+    full, tf32 = err(False), err(True)
+    assert full < 1e-5 < tf32 < 5e-3, (full, tf32)
+
+
+@pytest.mark.gpu
+def test_batched_matmul_compiles_to_one_graph():
+    a, b = rand(2, 3, 64, 32, dtype=torch.bfloat16), rand(3, 32, 48, dtype=torch.bfloat16)
+    torch._dynamo.reset()
+    got = torch.compile(mm.matmul, fullgraph=True)(a, b)
+    want = torch.matmul(a.double(), b.double())
+    assert ((got.double() - want).norm() / want.norm()).item() < TOL[torch.bfloat16]

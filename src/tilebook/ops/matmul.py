@@ -108,6 +108,7 @@ def matmul_kernel(
     ACTIVATION: tl.constexpr,  # one of ACTIVATIONS
     EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no mask along K
     INT64: tl.constexpr,  # element offsets may pass 2**31 - 1
+    F32_DOT: tl.constexpr = "tf32",  # float32 operands: "tf32", or "ieee" (allow_tf32 off)
 ):
     tl.static_assert(BLOCK_K >= 16, "tl.dot needs K tiles of at least 16")
     pid = tl.program_id(axis=0)
@@ -134,7 +135,7 @@ def matmul_kernel(
             k_left = K - k * BLOCK_K
             a = tl.load(a_ptrs, mask=mask_m & (offs_k[None, :] < k_left), other=0.0)
             b = tl.load(b_ptrs, mask=mask_n & (offs_k[:, None] < k_left), other=0.0)
-        acc = tl.dot(a, b, acc)
+        acc = tl.dot(a, b, acc, input_precision=F32_DOT)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
 
@@ -363,7 +364,7 @@ def _even_k(args) -> bool:
 
 _ptr_kernel = triton.autotune(
     configs=PTR_CONFIGS,
-    key=["M", "N", "K", "HAS_BIAS", "ACTIVATION"],
+    key=["M", "N", "K", "HAS_BIAS", "ACTIVATION", "F32_DOT"],
     prune_configs_by={"early_config_prune": _prune_ptr},
 )(triton.heuristics({"EVEN_K": _even_k})(matmul_kernel))
 
@@ -654,8 +655,8 @@ def _launch_ptr(a, b, c, bias, activation):
     """Run the pointer kernel; returns True (launched by the autotuner) or a :class:`_Runner`."""
     M, K = a.shape
     N = b.shape[1]
-    has_bias, int64 = bias is not None, _needs_int64(a, b, c)
-    key = ("pointer", M, N, K, a.dtype, int64, has_bias, activation)
+    has_bias, int64, f32 = bias is not None, _needs_int64(a, b, c), f32_dot(a.dtype)
+    key = ("pointer", M, N, K, a.dtype, int64, f32, has_bias, activation)
     picked = _PICKED.get(key)
     if picked is not None:
         kw, grid = picked
@@ -663,9 +664,10 @@ def _launch_ptr(a, b, c, bias, activation):
         return _Runner(_first_launch(matmul_kernel, grid[0], args(a, b, c, bias), kw), args)
     args = (a, b, c, a if bias is None else bias, M, N, K, *a.stride(), *b.stride(), *c.stride())
     grid = lambda meta: (_cdiv(M, meta["BLOCK_M"]) * _cdiv(N, meta["BLOCK_N"]),)
-    _ptr_kernel[grid](*args, HAS_BIAS=has_bias, ACTIVATION=activation, INT64=int64)
+    flags = {"HAS_BIAS": has_bias, "ACTIVATION": activation, "INT64": int64, "F32_DOT": f32}
+    _ptr_kernel[grid](*args, **flags)
     kw = _ptr_kernel.best_config.all_kwargs()
-    kw.update(HAS_BIAS=has_bias, ACTIVATION=activation, INT64=int64)
+    kw.update(flags)
     kw["EVEN_K"] = _even_k({**kw, "K": K})  # what the autotuned launch just used
     _PICKED[key] = (kw, grid(kw))
     return True
@@ -731,7 +733,8 @@ def _ahead_job(kernel, config, dtype, a_t, b_t, activation, has_bias, arch) -> d
         strides = {n: "i32" for n in ("stride_am", "stride_bk", "stride_cm")}
         sig = {**ptrs, **ints, **strides}
         # Unit strides are what a launch specialises to for row-major operands.
-        consts.update(stride_ak=1, stride_bn=1, stride_cn=1, EVEN_K=True, INT64=False)
+        consts.update(stride_ak=1, stride_bn=1, stride_cn=1, EVEN_K=True, INT64=False,
+                      F32_DOT="tf32")  # fmt: skip
         spec, aligned = "tilebook.ops.matmul:matmul_kernel", list(sig)
     else:
         raise ValueError(f"compile_ahead: kernel must be 'tma' or 'pointer', got {kernel!r}")
@@ -815,6 +818,17 @@ def _tensor_key(t: torch.Tensor) -> tuple:
     return (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() & 15)
 
 
+_F32 = torch.float32
+_tf32_allowed = torch._C._get_cublas_allow_tf32  # torch.backends.cuda.matmul.allow_tf32
+
+
+def f32_dot(dtype: torch.dtype) -> str:
+    """How the pointer kernel multiplies ``dtype`` operands on the tensor cores: float32
+    as TF32 only where ``torch.backends.cuda.matmul.allow_tf32`` allows it, as
+    ``torch.matmul`` does (off by default); else in full float32 ("ieee")."""
+    return "ieee" if dtype is _F32 and not _tf32_allowed() else "tf32"
+
+
 def _call_key(tag: str, a, b, bias, activation, impl) -> tuple | None:
     """The key of a call in _RUNNERS, or None for arguments that cannot have one."""
     if not (isinstance(a, _Tensor) and isinstance(b, _Tensor)):
@@ -837,6 +851,7 @@ def _call_key(tag: str, a, b, bias, activation, impl) -> tuple | None:
             None if bias is None else _tensor_key(bias),
             activation,
             impl,
+            a.dtype is _F32 and _tf32_allowed(),
         )
     except _KEY_ERRORS:
         return None
@@ -944,7 +959,8 @@ def _op_pointer(
     c = a.new_empty((M, N))
     if M == 0 or N == 0:
         return c
-    flags = {"HAS_BIAS": bias is not None, "ACTIVATION": activation, "INT64": _needs_int64(a, b, c)}
+    flags = {"HAS_BIAS": bias is not None, "ACTIVATION": activation, "INT64": _needs_int64(a, b, c),
+             "F32_DOT": f32_dot(a.dtype)}  # fmt: skip
     bias = a if bias is None else bias.contiguous()
     args = (a, b, c, bias, M, N, K, *a.stride(), *b.stride(), *c.stride())
     grid = lambda meta: (_cdiv(M, meta["BLOCK_M"]) * _cdiv(N, meta["BLOCK_N"]),)
@@ -1086,14 +1102,61 @@ def _check_operands(a, b, bias, activation, impl, op) -> None:
         raise ValueError(f"{op}: impl must be 'auto', 'tma' or 'pointer', got {impl!r}")
 
 
-def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Return ``a @ b`` for 2-D ``a`` (M, K) and ``b`` (K, N), computed by a Triton kernel.
+_PLAIN = frozenset({torch.Tensor, torch.nn.Parameter})
 
-    float16 and bfloat16 accumulate in float32 and return the input dtype; float32
-    runs on the tensor cores as TF32 on a GPU (like ``torch.matmul`` with
-    ``allow_tf32``), about 1e-3 relative error.  Any M, N, K and any strides
-    (transposed views included).  On a Hopper GPU aligned 16-bit operands take the
-    persistent TMA kernel, everything else the pointer kernel.
+
+def _batched(a, b) -> torch.Tensor | None:
+    """``a @ b`` for operands that are not both 2-D, by 2-D products; None for two
+    2-D tensors (of a tensor subclass: the 2-D path checks them)."""
+    if not (isinstance(a, _Tensor) and isinstance(b, _Tensor)):
+        check_tensor(a, "a", "matmul", dtypes=MM_DTYPES)
+        check_tensor(b, "b", "matmul", dtypes=MM_DTYPES)
+    if a.dim() == 2 and b.dim() == 2:
+        return None
+    if a.dim() == 0 or b.dim() == 0:
+        raise ValueError(
+            f"matmul: both operands need at least one dimension, got shapes "
+            f"{tuple(a.shape)} and {tuple(b.shape)} (use * for a scalar)"
+        )
+    if a.dim() == 1:  # a row vector, removed from the result
+        return matmul(a.unsqueeze(0), b).squeeze(-2)
+    if b.dim() == 1:  # a column vector
+        return matmul(a, b.unsqueeze(-1)).squeeze(-1)
+    if a.shape[-1] != b.shape[-2]:
+        raise ValueError(
+            f"matmul: inner dimensions differ: a is {tuple(a.shape)} and b is "
+            f"{tuple(b.shape)} (a.shape[-1] must equal b.shape[-2])"
+        )
+    if b.dim() == 2:  # every matrix of a times one b: one product, rows stacked
+        lead = a.shape[:-1]
+        return matmul(a.reshape(-1, a.shape[-1]), b).reshape(*lead, b.shape[-1])
+    try:
+        batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            f"matmul: the batch dimensions of a {tuple(a.shape)} and b {tuple(b.shape)} "
+            "do not broadcast"
+        ) from None
+    a3 = a.expand(*batch, *a.shape[-2:]).reshape(-1, *a.shape[-2:])
+    b3 = b.expand(*batch, *b.shape[-2:]).reshape(-1, *b.shape[-2:])
+    out = torch.stack([matmul(x, y) for x, y in zip(a3.unbind(0), b3.unbind(0), strict=True)])
+    return out.reshape(*batch, a.shape[-2], b.shape[-1])
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Return ``a @ b`` computed by Triton kernels, with ``torch.matmul``'s shapes.
+
+    ``a`` is (..., M, K) and ``b`` is (..., K, N); leading dimensions broadcast, and a
+    1-D operand is a vector (its dimension is added for the product and removed from
+    the result), as in :func:`torch.matmul`.  A batch whose ``b`` is 2-D is one
+    product of (batch x M, K) by (K, N); a batched ``b`` is a product per matrix.
+
+    float16 and bfloat16 accumulate in float32 and return the input dtype.  float32
+    follows ``torch.backends.cuda.matmul.allow_tf32`` as ``torch.matmul`` does: off
+    (PyTorch's default), the products are in full float32; on, the tensor cores take
+    the operands as TF32 (about 1e-3 relative error), much faster.  Any M, N, K and
+    any strides (transposed views included).  On a Hopper GPU aligned 16-bit operands
+    take the persistent TMA kernel, everything else the pointer kernel.
 
     Differentiable: ``dA = dC @ B^T`` and ``dB = A^T @ dC`` come from the same kernels
     (:class:`MatmulFunction`).  Inside ``torch.compile`` the call is an operator of
@@ -1103,6 +1166,10 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     --------
     >>> c = tilebook.matmul(a, b)   # doctest: +SKIP
     """
+    if not (type(a) in _PLAIN and type(b) in _PLAIN and a.dim() == 2 and b.dim() == 2):
+        batched = _batched(a, b)
+        if batched is not None:
+            return batched
     if _compiling():
         return _compiled(a, b, None, "none", "auto", "matmul")
     if _wants_grad(a, b):
