@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import tilebook
-from tilebook.check import CorrectnessError, CorrectnessReport
-from tilebook.widgets import SweepExplorer, Widget, embed_json
+from tilebook.course.check import CorrectnessError, CorrectnessReport
+from tilebook.course.widgets import SweepExplorer, Widget, embed_json
 
 
 def test_report_passes_and_prints_table(capsys):
