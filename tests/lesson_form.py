@@ -268,7 +268,7 @@ def check_shape(path: Path, rel: str) -> list[Problem]:
         "solutions to the exercises": r"\.\. dropdown:: Solution",
         "a correctness report": r"CorrectnessReport\(",
         "a check that stops the build": r"\.assert_ok\(\)",
-        "a widget": r"Explorer\(|widgets\.|widgets_\w+ import \w+",
+        "a widget": r"Explorer\(|widgets\.|widgets_\w+ import \(?\s*\w+",
         "a link to the API": r":func:`tilebook\.",
     }
     problems = [
