@@ -41,7 +41,7 @@ nox.options.sessions = ["lint", "tests"]
 ROOT = Path(__file__).parent
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 BUILD_HTML = ROOT / "docs" / "_build" / "html"
-RECORDS = ROOT / "src" / "tilebook" / "records"  # one folder per GPU kind
+RECORDS = ROOT / "src" / "tilebook" / "course" / "records"  # one folder per GPU kind
 ENV_DIR = ROOT / ".nox" / "tilebook"  # the one environment of tests, docs and bench
 GROUPS = ("docs", "tests")  # the dependency groups the environment installs by default
 # The Python the environment is made from: the one that ran dev.py, else nox's own.
@@ -206,7 +206,7 @@ def docs(session: nox.Session) -> None:
     compares each script with what it last ran).  ``nox -s docs -- --serve``
     rebuilds on every change and serves the site at http://127.0.0.1:8000.  On a
     GPU, ``nox -s docs -- --save-records`` also copies the records the lessons
-    just measured into ``src/tilebook/records/`` (what CPU builds plot).
+    just measured into ``src/tilebook/course/records/`` (what CPU builds plot).
     """
     serve = "--serve" in session.posargs
     _environment(session, needs=("docs",))
@@ -229,10 +229,10 @@ def docs(session: nox.Session) -> None:
 
 
 def _save_records(session: nox.Session, built: Path) -> list[str]:
-    """Copy the GPU-measured records of a run into ``src/tilebook/records/<gpu kind>/``
-    (:func:`tilebook.bench.commit_records`)."""
+    """Copy the GPU-measured records of a run into ``src/tilebook/course/records/<gpu kind>/``
+    (:func:`tilebook.course.bench.commit_records`)."""
     code = (
-        "import sys; from tilebook.bench import commit_records; "
+        "import sys; from tilebook.course.bench import commit_records; "
         "print('\\n'.join(str(p) for p in commit_records(sys.argv[1])))"
     )
     out = session.run(_bin("python"), "-c", code, str(built), external=True, silent=True)
@@ -254,7 +254,7 @@ def lint(session: nox.Session) -> None:
 @nox.session(venv_backend="none")
 def bench(session: nox.Session) -> None:
     """GPU only: measure every kernel against its baselines and write the records
-    that CPU builds plot (into src/tilebook/records, to be committed)."""
+    that CPU builds plot (into src/tilebook/course/records, to be committed)."""
     _environment(session)
     built = BUILD_HTML.parent / "bench-records"
     shutil.rmtree(built, ignore_errors=True)

@@ -30,7 +30,7 @@ import triton.language as tl
 
 import tilebook
 import tilebook.ops.dropout as op
-from tilebook.bench import (
+from tilebook.course.bench import (
     Measurement,
     benchmark_header,
     measure,

@@ -2,7 +2,7 @@
 FlexAttention, bf16, forward and backward, causal and not, windows and documents.
 
 The measurements are defined once, for this file and lesson 12, in
-:mod:`tilebook.experiments.flash_attention` (its docstring says what is counted and
+:mod:`tilebook.course.experiments.flash_attention` (its docstring says what is counted and
 checked): the target table is ``experiment.versus`` and ``experiment.masked`` with
 more rounds, the length sweep ``experiment.lengths`` at more lengths.  The tile sweep
 (``--tune``) stays here: it launches the package's kernels one by one.
@@ -26,8 +26,8 @@ from typing import Any
 import torch
 
 import tilebook
-from tilebook.bench import measure, measure_interleaved
-from tilebook.experiments import flash_attention as experiment
+from tilebook.course.bench import measure, measure_interleaved
+from tilebook.course.experiments import flash_attention as experiment
 from tilebook.ops import flash_attention as fa
 
 DTYPE = experiment.DTYPE
@@ -67,7 +67,7 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def run(quick: bool = False) -> list[dict]:
-    """Check, then time, the target table on a GPU (tilebook.experiments.flash_attention)."""
+    """Check, then time, the target table on a GPU (tilebook.course.experiments.flash_attention)."""
     if not tilebook.is_gpu():
         raise RuntimeError("benchmarks/flash_attention.py needs a CUDA GPU")
     timing = {**TIMING, "rounds": 3 if quick else 5}

@@ -29,7 +29,7 @@ import triton
 
 import tilebook
 import tilebook.ops.layer_norm as op
-from tilebook.bench import (
+from tilebook.course.bench import (
     benchmark_header,
     measure,
     measure_interleaved,

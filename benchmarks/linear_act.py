@@ -16,7 +16,7 @@ import json
 import sys
 
 import tilebook
-from tilebook.experiments import linear_act as experiment
+from tilebook.course.experiments import linear_act as experiment
 
 # run_all.py's ratio: against the unfused pair, the thing a fused kernel replaces.
 BASELINE = {f"linear+{act}": ["unfused"] for act in experiment.TORCH_ACT}

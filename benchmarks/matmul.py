@@ -29,8 +29,8 @@ from typing import Any
 import torch
 
 import tilebook
-from tilebook.bench import measure
-from tilebook.experiments import matmul as experiment
+from tilebook.course.bench import measure
+from tilebook.course.experiments import matmul as experiment
 from tilebook.ops import matmul as mm
 
 DTYPE = torch.bfloat16

@@ -13,7 +13,7 @@ The full run ends with a short table by hidden size (2**26 elements per tensor,
 kernels.
 
 The comparison with PyTorch is the measurement lesson 11 shows, defined once in
-:func:`tilebook.experiments.rms_norm.versus` (here with more rounds and the
+:func:`tilebook.course.experiments.rms_norm.versus` (here with more rounds and the
 target shapes): every implementation's errors against float64 are in each row,
 and tilebook's must be within bf16 tolerance.
 
@@ -36,9 +36,9 @@ import torch
 
 import tilebook
 import tilebook.ops.rms_norm as op
-from tilebook.bench import benchmark_header, measure
-from tilebook.check import default_tolerance
-from tilebook.experiments import rms_norm as exp
+from tilebook.course.bench import benchmark_header, measure
+from tilebook.course.check import default_tolerance
+from tilebook.course.experiments import rms_norm as exp
 
 EPS = exp.EPS
 DTYPE = exp.DTYPE

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import tilebook
-from tilebook import bench
+from tilebook.course import bench
 
 HERE = Path(__file__).parent
 MODULES = [

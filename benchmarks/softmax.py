@@ -1,7 +1,7 @@
 """Softmax on a GPU: tilebook against torch.softmax and torch.compile, bf16, large tensors.
 
 The measurements are lesson 10's, defined once in
-:mod:`tilebook.experiments.softmax` (each implementation checked against float64
+:mod:`tilebook.course.experiments.softmax` (each implementation checked against float64
 before it is timed, interleaved rounds, bytes counted once: the forward reads x
 and writes y, the backward reads y and dy and writes dx); this benchmark runs
 them with more rounds, at the shapes of its targets.  Every input is at least
@@ -22,8 +22,8 @@ import time
 import torch
 
 import tilebook
-from tilebook.bench import copy_bandwidth, measure
-from tilebook.experiments import softmax as experiment
+from tilebook.course.bench import copy_bandwidth, measure
+from tilebook.course.experiments import softmax as experiment
 from tilebook.ops import softmax as sm
 
 TIMING = {"rounds": 5, "warmup": 25, "rep": 100}

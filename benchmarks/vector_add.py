@@ -1,7 +1,7 @@
 """vector_add on a GPU against torch.add, float32, 2^20 to 2^28 elements.
 
 The measurements are lesson 07's, defined once in
-:mod:`tilebook.experiments.vector_add`; this benchmark runs them with more
+:mod:`tilebook.course.experiments.vector_add`; this benchmark runs them with more
 rounds and at the sizes of its target (at least 0.95x torch.add from 2^24 on),
 and, unless ``quick``, the launch-setting sweep that the package's
 configuration was chosen from.
@@ -16,8 +16,8 @@ from typing import Any
 import torch
 
 import tilebook
-from tilebook.check import CorrectnessReport
-from tilebook.experiments import vector_add as experiment
+from tilebook.course.check import CorrectnessReport
+from tilebook.course.experiments import vector_add as experiment
 
 #: Which implementation each kernel's ratio is taken against.
 BASELINE = {"vector_add": ["torch.add"]}

@@ -11,7 +11,7 @@ What it checks, and why:
   TFLOP/s, µs, ms, %, a ratio such as ``1.5x``, registers, warps, programs,
   SMs) must not appear in a lesson's prose, its code comments or its string
   literals.  A measured figure reaches the reader from the data of the same
-  build (``tilebook.prose.say``, tables, plots); a published one through the
+  build (``tilebook.course.prose.say``, tables, plots); a published one through the
   ``:datasheet:`` role.  Typed figures go stale and contradict the output
   printed beside them.
 * **No private names** of tilebook (``_epilogue``, ``mm._PICKED``): lessons use
@@ -268,7 +268,7 @@ def check_shape(path: Path, rel: str) -> list[Problem]:
         "solutions to the exercises": r"\.\. dropdown:: Solution",
         "a correctness report": r"CorrectnessReport\(",
         "a check that stops the build": r"\.assert_ok\(\)",
-        "a widget": r"Explorer\(|widgets\.|widgets_\w+ import \w+",
+        "a widget": r"Explorer\(|widgets\.|widgets_\w+ import \(?\s*\w+",
         "a link to the API": r":func:`tilebook\.",
     }
     problems = [

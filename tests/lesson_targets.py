@@ -24,8 +24,8 @@ import tilebook  # first: in CPU mode it sets TRITON_INTERPRET before Triton loa
 # isort: split
 from triton.runtime.interpreter import InterpretedFunction
 
-from tilebook.aot.jobs import _prepare, _run_children
-from tilebook.aot.kernel import CompiledKernel
+from tilebook.course.aot.jobs import _prepare, _run_children
+from tilebook.course.aot.kernel import CompiledKernel
 from tilebook.ops.targets import launch_job
 
 if not tilebook.is_interpreter():

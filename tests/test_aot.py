@@ -1,4 +1,4 @@
-"""tilebook.aot: stages and their source lines, resources, targets, lesson kernels, errors.
+"""tilebook.course.aot: stages and their source lines, resources, targets, lesson kernels, errors.
 
 On a CPU every compile is a child process (about 3 s to start), so the kernels
 are compiled once, in one ``compile_many`` call, and shared by the tests.
@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 import tilebook
-from tilebook.aot import (
+from tilebook.course.aot import (
     STAGES,
     AotError,
     compile_kernel,
@@ -24,7 +24,7 @@ from tilebook.aot import (
     instruction_table,
     ptxas_for,
 )
-from tilebook.aot.lines import (
+from tilebook.course.aot.lines import (
     add_call_sites,
     llvm_call_sites,
     llvm_line_map,
@@ -32,7 +32,7 @@ from tilebook.aot.lines import (
     ptx_line_map,
     sass_line_map,
 )
-from tilebook.aot.shipping import kernel_ref
+from tilebook.course.aot.shipping import kernel_ref
 
 SCALE = tl.constexpr(3.0)
 

@@ -9,8 +9,8 @@ import matplotlib
 import pytest
 
 import tilebook
-from tilebook import bench
-from tilebook.plots import plot_record
+from tilebook.course import bench
+from tilebook.course.plots import plot_record
 
 matplotlib.use("Agg")
 

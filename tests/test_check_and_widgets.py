@@ -13,8 +13,9 @@ import pytest
 import torch
 
 import tilebook
-from tilebook.check import CorrectnessError, CorrectnessReport
-from tilebook.widgets import SweepExplorer, Widget, embed_json
+import tilebook.course
+from tilebook.course.check import CorrectnessError, CorrectnessReport
+from tilebook.course.widgets import SweepExplorer, Widget, embed_json
 
 
 def test_report_passes_and_prints_table(capsys):
@@ -91,11 +92,11 @@ def _subclasses(cls):
 def test_every_widget_file_exists_and_every_file_is_used():
     """The widgets' CSS and JavaScript ship as files of the package: none missing, none idle."""
     modules = [
-        importlib.import_module(f"tilebook.{m.name}")
-        for m in pkgutil.iter_modules(tilebook.__path__)
+        importlib.import_module(f"tilebook.course.{m.name}")
+        for m in pkgutil.iter_modules(tilebook.course.__path__)
         if m.name.startswith("widgets")
     ]
-    folder = resources.files("tilebook") / "widgets_static"
+    folder = resources.files("tilebook.course") / "widgets_static"
     files = {f.name for f in folder.iterdir() if f.name.endswith((".css", ".js"))}
     named = {"base.css", "helpers.js"}  # every widget's, named by Widget._repr_html_
     for cls in _subclasses(Widget):

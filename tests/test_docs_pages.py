@@ -25,7 +25,7 @@ sys.path.insert(0, str(DOCS / "_ext"))
 import tilebook_course
 import tilebook_measurements
 
-from tilebook import bench
+from tilebook.course import bench
 
 # -- the lists of lessons ---------------------------------------------------------------
 
@@ -119,18 +119,18 @@ def test_measurements_page_types_no_setting():
 
 
 def test_from_code_reads_defaults_and_constants():
-    value, owner = tilebook_measurements.code_value("tilebook.bench.measure(warmup)")
+    value, owner = tilebook_measurements.code_value("tilebook.course.bench.measure(warmup)")
     assert value == inspect.signature(bench.measure).parameters["warmup"].default
-    assert owner == "tilebook.bench.measure"
+    assert owner == "tilebook.course.bench.measure"
     rounds = inspect.signature(bench.compare).parameters["rounds"].default
-    assert tilebook_measurements.code_value("tilebook.bench.compare(rounds)")[0] == rounds
-    assert tilebook_measurements.code_value("tilebook.bench.RECORD_DIR_ENV")[0] == (
+    assert tilebook_measurements.code_value("tilebook.course.bench.compare(rounds)")[0] == rounds
+    assert tilebook_measurements.code_value("tilebook.course.bench.RECORD_DIR_ENV")[0] == (
         bench.RECORD_DIR_ENV
     )
     with pytest.raises(KeyError, match="no parameter"):
-        tilebook_measurements.code_value("tilebook.bench.measure(nothing)")
+        tilebook_measurements.code_value("tilebook.course.bench.measure(nothing)")
     with pytest.raises(ValueError, match="no default"):
-        tilebook_measurements.code_value("tilebook.bench.measure(fn)")
+        tilebook_measurements.code_value("tilebook.course.bench.measure(fn)")
 
 
 def test_from_code_formats():
@@ -445,7 +445,7 @@ def test_no_public_docstring_types_a_measured_figure():
 
 
 def test_a_contradicted_claim_edges_its_box_in_the_failure_colour(monkeypatch):
-    from tilebook.claims import Claims
+    from tilebook.course.claims import Claims
 
     monkeypatch.setenv("TILEBOOK_CLAIMS", "show")
     good = Claims("99", "data").check("holds", True)._repr_html_()
@@ -459,7 +459,7 @@ def test_a_contradicted_claim_edges_its_box_in_the_failure_colour(monkeypatch):
 def test_a_failed_exercise_check_edges_its_box_in_the_failure_colour():
     import torch
 
-    from tilebook.exercises import check_elementwise
+    from tilebook.course.exercises import check_elementwise
 
     def right(x, y, out):
         out.copy_(x + y)

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import tilebook
-from tilebook.aot import compile_kernel
+from tilebook.course.aot import compile_kernel
 from tilebook.ops.dropout import GROUP, MAX_NUMEL, SUB, dropout, launch_dropout
 
 _M32 = np.uint64(0xFFFFFFFF)

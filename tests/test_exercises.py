@@ -1,4 +1,4 @@
-"""tilebook.exercises: each mistake a reader makes is named, not just "mismatch".
+"""tilebook.course.exercises: each mistake a reader makes is named, not just "mismatch".
 
 Every test runs a small kernel with one deliberate mistake through the checker
 and asserts the finding that names it (kind, the elements or programs, the
@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 import tilebook
-from tilebook.exercises import GUARD, SIZES, ExerciseError, Verdict, check, check_elementwise
+from tilebook.course.exercises import GUARD, SIZES, ExerciseError, Verdict, check, check_elementwise
 
 BLOCK = 256
 

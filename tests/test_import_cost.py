@@ -1,8 +1,9 @@
 """What ``import tilebook`` costs on top of ``import torch``: the library alone, quickly.
 
-``import tilebook`` loads the library (the runtime and the ops, registered as
-``torch.ops.tilebook`` operators) and none of the course's tooling, which is imported
-when first named (``tilebook.aot``).  Two parts, each in fresh processes:
+``import tilebook`` loads the library (the runtime, the input checks and the ops,
+registered as ``torch.ops.tilebook`` operators) and none of the course's tooling, the
+subpackage ``tilebook.course`` that the lessons import by name.  Two parts, each in
+fresh processes:
 
 * what the import loads: no course module, no ``torch._dynamo`` (``import tilebook``
   once paid about 2 s for it, through ``torch.compiler.assume_constant_result``), no
@@ -40,22 +41,10 @@ import tilebook
 BUDGET_S = 0.3
 ROUNDS = 5
 
-#: The course's tooling (issue 28): none of it is loaded by ``import tilebook``.
-COURSE = (
-    "aot",
-    "bench",
-    "check",
-    "claims",
-    "datasheet",
-    "display",
-    "exercises",
-    "experiments",
-    "passes",
-    "plots",
-    "prose",
-    "tables",
-    "widgets",
-)
+#: What ``import tilebook`` offers as modules: the library (issue 28).  The course's
+#: tooling is one subpackage beside it, which the library never imports.
+LIBRARY = ("ops", "runtime", "validation")
+COURSE = "tilebook.course"
 #: Heavy modules the library does not need at import.
 HEAVY = (
     "torch._dynamo",
@@ -98,7 +87,7 @@ def test_import_loads_the_library_and_nothing_of_the_course():
     seen = json.loads(out)
     assert seen["file"] == tilebook.__file__  # the child measured this tilebook
     modules = seen["modules"]
-    course = [m for m in modules if any(m.startswith(f"tilebook.{c}") for c in COURSE)]
+    course = [m for m in modules if _within(m, COURSE)]
     assert course == [], f"import tilebook loads course modules: {course}"
     heavy = [h for h in HEAVY if any(_within(m, h) for m in modules)]
     assert heavy == [], f"import tilebook loads {heavy}"
@@ -109,31 +98,42 @@ def test_import_loads_the_library_and_nothing_of_the_course():
     assert seen["operators"] == ["fused_matmul", "rms_norm", "softmax"]
 
 
-def test_every_submodule_answers_to_its_name():
-    """``tilebook.<module>`` works for every public module of the package, in a process
-    that imported nothing but ``tilebook``; an unknown name is an AttributeError."""
+def test_the_package_is_the_library_and_the_course():
+    """The package's public modules are the library's and ``course``.  After ``import
+    tilebook`` the library's answer to ``tilebook.<module>`` and the course does not
+    (it is not imported); every module of the course imports by its name
+    ``tilebook.course.<module>``, after which ``tilebook.course`` is an attribute."""
     import pkgutil
 
     names = sorted(m.name for m in pkgutil.iter_modules(tilebook.__path__) if m.name[0] != "_")
-    assert set(COURSE) <= set(tilebook.COURSE_MODULES) <= set(names)
+    assert names == sorted((*LIBRARY, "course"))
     out = _child(
-        "import json, sys, tilebook\n"
-        f"names = {names!r}\n"
-        "ok = [n for n in names if getattr(tilebook, n) is sys.modules['tilebook.' + n]]\n"
-        "from tilebook import prose, widgets_grid\n"
-        "try:\n"
-        "    tilebook.no_such_module\n"
-        "    missing = 'no error'\n"
-        "except AttributeError as exc:\n"
-        "    missing = str(exc)\n"
-        "print(json.dumps({'ok': ok, 'missing': missing, 'dir': dir(tilebook),\n"
+        "import importlib, json, pkgutil, sys, tilebook\n"
+        f"library = {LIBRARY!r}\n"
+        "ok = [n for n in library if getattr(tilebook, n) is sys.modules['tilebook.' + n]]\n"
+        "def missing(name):\n"
+        "    try:\n"
+        "        getattr(tilebook, name)\n"
+        "    except AttributeError as exc:\n"
+        "        return str(exc)\n"
+        "    return 'no error'\n"
+        "before = missing('course')\n"
+        "import tilebook.course\n"
+        "course = [m.name for m in pkgutil.walk_packages(tilebook.course.__path__,\n"
+        "                                                 'tilebook.course.')]\n"
+        "for name in course:\n"
+        "    importlib.import_module(name)\n"
+        "print(json.dumps({'ok': ok, 'before': before, 'course': course,\n"
+        "    'attribute': tilebook.course is sys.modules['tilebook.course'],\n"
         "    'banner': tilebook.banner().split(',')[0], 'pick': tilebook.pick(gpu=1, cpu=2),\n"
         "    'gpu': tilebook.is_gpu()}))"
     )
     seen = json.loads(out)
-    assert seen["ok"] == names
-    assert seen["missing"] == "module 'tilebook' has no attribute 'no_such_module'"
-    assert set(tilebook.COURSE_MODULES) <= set(seen["dir"])
+    assert seen["ok"] == list(LIBRARY)
+    assert seen["before"] == "module 'tilebook' has no attribute 'course'"
+    short = {name.removeprefix(COURSE + ".") for name in seen["course"]}
+    assert {"aot", "aot.jobs", "bench", "claims", "experiments.softmax", "widgets"} <= short
+    assert seen["attribute"]
     assert seen["gpu"] == tilebook.is_gpu()
     assert seen["pick"] == (1 if tilebook.is_gpu() else 2)
     assert seen["banner"].startswith(f"tilebook: {'GPU' if tilebook.is_gpu() else 'CPU'} mode")

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 import tilebook
 import tilebook.ops.layer_norm as op
-from tilebook.aot import compile_kernel
+from tilebook.course.aot import compile_kernel
 from tilebook.ops.layer_norm import MAX_HIDDEN, layer_norm
 
 EPS = 1e-5

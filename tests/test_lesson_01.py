@@ -12,10 +12,10 @@ import pytest
 import torch
 from lesson_source import LessonSource
 
-from tilebook.bench import RECORDS_DIR, load_record
-from tilebook.exercises import check_elementwise
-from tilebook.experiments import why_triton as experiment
-from tilebook.widgets_grid import ThreadsVsTilesExplorer
+from tilebook.course.bench import RECORDS_DIR, load_record
+from tilebook.course.exercises import check_elementwise
+from tilebook.course.experiments import why_triton as experiment
+from tilebook.course.widgets_grid import ThreadsVsTilesExplorer
 
 SCRIPT = LessonSource(1)
 LIFTED = [

@@ -16,9 +16,9 @@ import torch
 import triton
 from lesson_source import LessonSource
 
-from tilebook.bench import RECORDS_DIR, load_record
-from tilebook.exercises import check
-from tilebook.experiments import programs as experiment
+from tilebook.course.bench import RECORDS_DIR, load_record
+from tilebook.course.exercises import check
+from tilebook.course.experiments import programs as experiment
 
 SCRIPT = LessonSource(2)
 LIFTED = [

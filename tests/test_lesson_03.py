@@ -17,8 +17,8 @@ import torch
 import triton
 from lesson_source import LessonSource
 
-from tilebook.exercises import check_elementwise
-from tilebook.passes import compile_with_passes
+from tilebook.course.exercises import check_elementwise
+from tilebook.course.passes import compile_with_passes
 
 SCRIPT = LessonSource(3)
 LIFTED = ["scale_kernel", "scale", "scale_kernel_no_mask", "tile_dot_kernel", "scale_no_mask"]

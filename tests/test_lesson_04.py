@@ -3,13 +3,13 @@
 Running the whole lesson takes a while, so these tests lift its kernels and
 launchers out of the script (by their source) into a small module and check
 them: against float64, against the measured kernels of
-:mod:`tilebook.experiments.memory_access` (the lesson's copies must stay the
+:mod:`tilebook.course.experiments.memory_access` (the lesson's copies must stay the
 same kernels), and the claims its prose makes about them (a missing mask reads
 the neighbour and writes past the end; a descriptor refuses a transposed
 view).  The block pointer kernel runs where the installed Triton has block
 pointers (3.9 removed them); the lesson run with block pointers taken away must
 still check and compile its descriptor.  The exercises' solutions are taken from
-the lesson's text and run through :mod:`tilebook.exercises`, so that a solution
+the lesson's text and run through :mod:`tilebook.course.exercises`, so that a solution
 that stops being right fails here.  The experiment's functions run under the
 interpreter with a stand-in timer, so that the rows the lesson reads are checked
 on any machine.
@@ -32,9 +32,9 @@ import torch
 from lesson_source import LessonSource, write_module
 
 import tilebook
-from tilebook.bench import RECORDS_DIR, load_record
-from tilebook.exercises import check, check_elementwise
-from tilebook.experiments import memory_access as experiment
+from tilebook.course.bench import RECORDS_DIR, load_record
+from tilebook.course.exercises import check, check_elementwise
+from tilebook.course.experiments import memory_access as experiment
 
 SCRIPT = LessonSource(4)
 LIFTED = [
@@ -241,7 +241,7 @@ def _exercises() -> dict[int, list[str]]:
 # Shapes with rows of 16-byte multiples (float32), ragged against 64 x 64 tiles.
 RAGGED = [(72, 40), (130, 68), (64, 4)]
 EXERCISE_HEAD = HEAD + (
-    "import tilebook\nfrom tilebook.exercises import check\n\n"
+    "import tilebook\nfrom tilebook.course.exercises import check\n\n"
     "DEVICE = tilebook.device()\nALPHA = 2.5\nPRINTED = []\n\n\n"
     "def print(*args, **kwargs):\n    PRINTED.extend(args)\n\n\n"
 )
@@ -314,7 +314,7 @@ def test_exercise_5_in_kernel_descriptors_pass_the_checker(blocks, tmp_path):
 
 def test_exercise_5_kernel_compiles_for_hopper(blocks, tmp_path):
     """The interpreter accepts what the compiler refuses: compile the solution for sm_90."""
-    from tilebook.aot import compile_kernel
+    from tilebook.course.aot import compile_kernel
 
     (solution,) = blocks[5]
     mod = write_module(tmp_path / "ex5_aot.py", HEAD + solution.split("def my_scale")[0])
@@ -412,7 +412,7 @@ def test_experiments_run_on_a_gpu():
 
 def test_claims_on_compiled_code_say_where_it_was_compiled():
     """The lesson's compiled-code claims name their source with a string."""
-    from tilebook.claims import Claims
+    from tilebook.course.claims import Claims
 
     claims = Claims("04", "compiled ahead of time for sm_90 by Triton x")
     claims.check("a claim that holds", True, "evidence")

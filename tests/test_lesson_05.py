@@ -5,7 +5,7 @@ tests lift its kernels and its rule out of the script (by their source) into a
 small module: the kernels against float64 under the interpreter, the rule of
 what ``tl.dot`` becomes against compiles the lesson does not make itself, the
 exercises' checks on a right and a wrong answer, and the measurement it shares,
-:func:`tilebook.experiments.dot.paths` (its kernel under the interpreter, the
+:func:`tilebook.course.experiments.dot.paths` (its kernel under the interpreter, the
 whole measurement on a GPU).
 """
 
@@ -20,9 +20,9 @@ import triton.language as tl
 from lesson_source import LessonSource
 
 import tilebook
-from tilebook.aot import compile_many
-from tilebook.exercises import check
-from tilebook.experiments import dot as experiment
+from tilebook.course.aot import compile_many
+from tilebook.course.exercises import check
+from tilebook.course.experiments import dot as experiment
 
 SCRIPT = LessonSource(5)
 LIFTED = [
@@ -64,7 +64,7 @@ def lesson(tmp_path_factory):
         "import torch\nimport triton\nimport triton.language as tl\n"
         "from triton.backends.compiler import GPUTarget\n"
         "from triton.backends.nvidia.compiler import min_dot_size\n"
-        "from tilebook.experiments import dot as experiment\n\n"
+        "from tilebook.course.experiments import dot as experiment\n\n"
     )
     return SCRIPT.lift(LIFTED, tmp_path_factory.mktemp("lesson05"), head, source=_source)
 
@@ -135,7 +135,7 @@ def test_the_accumulator_plot_tells_fp16_from_bf16(lesson):
 def test_a_figure_the_lesson_draws_carries_its_provenance():
     import matplotlib.pyplot as plt
 
-    from tilebook.plots import caption_figure, run_caption
+    from tilebook.course.plots import caption_figure, run_caption
 
     caption = run_caption()
     if tilebook.is_gpu():

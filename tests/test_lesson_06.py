@@ -4,7 +4,7 @@ The lesson takes a while to run, so these tests lift its kernels and launchers
 out of the script (by their source) into a small module and check them against
 float64 on shapes of their own.  They also check that the online kernel's loop
 is the first walk of the package's ``softmax_fwd_online_kernel``, that the
-lesson times through :mod:`tilebook.experiments.reductions`, that the
+lesson times through :mod:`tilebook.course.experiments.reductions`, that the
 exercises' solutions pass the checker the exercises name, and that the
 compiled ``tl.sum`` has the three levels the lesson counts.
 """
@@ -23,8 +23,8 @@ import triton
 import triton.language as tl
 from lesson_source import LessonSource
 
-from tilebook.exercises import check
-from tilebook.experiments import reductions as experiment
+from tilebook.course.exercises import check
+from tilebook.course.experiments import reductions as experiment
 from tilebook.ops import softmax as sm
 
 SCRIPT = LessonSource(6)
@@ -223,7 +223,7 @@ def test_a_zero_padding_fails_the_minimum_check(device):
 
 
 def test_tl_sum_lowers_to_the_three_levels(lesson):
-    from tilebook.aot import compile_many
+    from tilebook.course.aot import compile_many
 
     ks = compile_many(
         {w: {"num_warps": w} for w in (1, 4)},

@@ -6,7 +6,7 @@ them against float64 and against the package.  The lesson's last kernel must
 stay the package's :func:`tilebook.ops.vector_add.add_kernel`, its first one
 the same kernel without the 64-bit flag, and the lesson and
 ``benchmarks/vector_add.py`` must time through the one definition in
-:mod:`tilebook.experiments.vector_add`.
+:mod:`tilebook.course.experiments.vector_add`.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from exercise_blocks import exercise_blocks, exercise_text, run_blocks
 from lesson_source import LessonSource
 
 import tilebook
-from tilebook.bench import RECORDS_DIR, load_record
-from tilebook.exercises import SIZES, check_elementwise
-from tilebook.experiments import vector_add as experiment
+from tilebook.course.bench import RECORDS_DIR, load_record
+from tilebook.course.exercises import SIZES, check_elementwise
+from tilebook.course.experiments import vector_add as experiment
 from tilebook.ops import vector_add as va
 
 ROOT = Path(__file__).parents[1]
@@ -266,7 +266,7 @@ def test_every_verdict_reads_with_its_figures(tmp_path):
     """Each kind's sentence fills from the figures the lesson passes it (say() refuses a
     missing or unused one), and states the kind's verdict and nothing else's."""
     verdicts = SCRIPT.lift(["SAYS", "GAP", "OVERLAP", "span"], tmp_path)
-    from tilebook.prose import say
+    from tilebook.course.prose import say
 
     assert set(verdicts.SAYS) == {"kernel", "host", "both", "neither"}
     assert verdicts.span([1.23, 1.21]) == "1.2" and verdicts.span([1.0, 2.0]) == "1.0 to 2.0"
@@ -314,7 +314,7 @@ def test_experiments_run_on_a_gpu():
 
 EXERCISE_HEAD = (
     "import torch\nimport triton\nimport triton.language as tl\n"
-    "from tilebook.exercises import check_elementwise\n"
+    "from tilebook.course.exercises import check_elementwise\n"
 )
 
 

@@ -21,8 +21,8 @@ from exercise_blocks import exercise_blocks, exercise_intro, exercise_text, run_
 from lesson_source import LessonSource
 
 import tilebook
-from tilebook.bench import RECORDS_DIR
-from tilebook.experiments import linear_act as experiment
+from tilebook.course.bench import RECORDS_DIR
+from tilebook.course.experiments import linear_act as experiment
 from tilebook.ops import epilogue as package_epilogue
 
 SCRIPT = LessonSource(8)
@@ -133,7 +133,7 @@ def test_byte_count():
     assert fused == (m * k + n * k + n + m * n) * 2
     assert experiment.traffic(m, n, k, 2, passes=2) - fused == 2 * m * n * 2  # read, write Y
     # the lesson's claim that this layer is memory-bound: below the H100's balance
-    from tilebook.datasheet import fact
+    from tilebook.course.datasheet import fact
 
     balance = fact("h100.bf16_dense").si / fact("h100.memory_bandwidth").si
     assert 2 * m * n * k / fused < balance
@@ -245,8 +245,8 @@ def _exercise_run(path: Path, *code: str, change: tuple[str, str] = ("", "")):
     (cases,) = [c for c in _inline(exercise_intro(SCRIPT.text)) if c.startswith("cases = ")]
     head = (
         "import torch\nimport triton\nimport triton.language as tl\nimport tilebook\n"
-        "from tilebook import exercises\n"
-        "from tilebook.experiments import linear_act as experiment\n\n"
+        "from tilebook.course import exercises\n"
+        "from tilebook.course.experiments import linear_act as experiment\n\n"
         "DEVICE = tilebook.device()\n"
     )
     body = "\n\n\n".join(SCRIPT.source(n) for n in LIFTED)

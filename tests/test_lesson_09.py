@@ -23,8 +23,8 @@ from exercise_blocks import exercise_text, run_blocks
 from lesson_source import LessonSource
 
 import tilebook
-from tilebook.bench import RECORDS_DIR
-from tilebook.experiments import matmul as experiment
+from tilebook.course.bench import RECORDS_DIR
+from tilebook.course.experiments import matmul as experiment
 from tilebook.ops import matmul as mm
 
 SCRIPT = LessonSource(9)
@@ -57,7 +57,7 @@ def lesson(tmp_path_factory):
         import triton.language as tl
         from triton.tools.tensor_descriptor import TensorDescriptor
 
-        from tilebook.datasheet import build_fact, fact
+        from tilebook.course.datasheet import build_fact, fact
         from tilebook.ops import matmul as mm
         from tilebook.ops.epilogue import epilogue
 
@@ -174,7 +174,7 @@ def test_what_the_prose_says_of_the_model(lesson):
         grouped = lesson.model(tile, lesson.ORDERS["grouped"], sms)["hbm"]
         assert grouped < lesson.model(tile, 1, sms)["hbm"], tile
     # and that a large tile loads more than HBM alone could feed the tensor cores
-    from tilebook.datasheet import fact
+    from tilebook.course.datasheet import fact
 
     balance = fact("h100.bf16_dense").si / fact("h100.memory_bandwidth").si
     assert lesson.flops_per_byte(128, 256) < balance
@@ -282,8 +282,8 @@ def test_exercise_3_the_checker_sees_a_missing_k_mask(tmp_path):
     assert all(load in kernel for load in loads)
     head = (
         "import torch\nimport triton\nimport triton.language as tl\nimport tilebook\n"
-        "from tilebook.exercises import check\nfrom tilebook.ops import matmul as mm\n"
-        "from tilebook.experiments import matmul as experiment\n\n"
+        "from tilebook.course.exercises import check\nfrom tilebook.ops import matmul as mm\n"
+        "from tilebook.course.experiments import matmul as experiment\n\n"
         "DEVICE, FP16 = tilebook.device(), torch.float16\n"
     )
     names = ["tile_coords", "tiled_matmul_kernel", "cdiv", "matmul"]

@@ -5,7 +5,7 @@ launchers out of the script (by their source) into a small module and check
 them against float64 and against the package.  The kernel the lesson calls the
 package's must stay :func:`tilebook.ops.softmax.softmax_fwd_kernel`, and the
 lesson and ``benchmarks/softmax.py`` must time through the one definition in
-:mod:`tilebook.experiments.softmax`.
+:mod:`tilebook.course.experiments.softmax`.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from exercise_blocks import exercise_text, run_blocks
 from lesson_source import LessonSource
 
 import tilebook
-from tilebook.bench import RECORDS_DIR, load_record
-from tilebook.experiments import softmax as experiment
+from tilebook.course.bench import RECORDS_DIR, load_record
+from tilebook.course.experiments import softmax as experiment
 from tilebook.ops import softmax as sm
 
 ROOT = Path(__file__).parents[1]
@@ -241,7 +241,7 @@ def _exercise_module(path: Path, *extra: str, change: tuple[str, str] = ("", "")
     head = (
         "import torch\nimport triton\nimport triton.language as tl\n"
         "import tilebook\nimport tilebook.ops.softmax as sm\n"
-        "from tilebook.exercises import check\n\n"
+        "from tilebook.course.exercises import check\n\n"
         "DEVICE = tilebook.device()\nROWS, COLS = 37, 1000\n\n"
     )
     names = ["softmax_row_kernel", "ROW_WARPS", "softmax_rows", "softmax_online_kernel"]

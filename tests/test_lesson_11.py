@@ -6,7 +6,7 @@ them against float64.  What the lesson says about the package (which launch
 rules apply at its widths, which kernels the package's launchers run) is
 checked against :mod:`tilebook.ops.rms_norm`, and the lesson and
 ``benchmarks/rms_norm.py`` must measure through the one definition in
-:mod:`tilebook.experiments.rms_norm`.
+:mod:`tilebook.course.experiments.rms_norm`.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from exercise_blocks import exercise_blocks, exercise_intro, exercise_text, run_
 from lesson_source import LessonSource
 
 import tilebook
-from tilebook import bench
-from tilebook.bench import RECORDS_DIR, load_record
-from tilebook.check import default_tolerance
-from tilebook.experiments import rms_norm as exp
+from tilebook.course import bench
+from tilebook.course.bench import RECORDS_DIR, load_record
+from tilebook.course.check import default_tolerance
+from tilebook.course.experiments import rms_norm as exp
 from tilebook.ops import rms_norm as op
 
 ROOT = Path(__file__).parents[1]
@@ -306,8 +306,8 @@ def _exercise_module(path: Path, *code: str, names=("fwd_kernel", "warps_for", "
     (cases,) = [c for c in re.findall(r"``(.+?)``", intro) if c.startswith("cases = ")]
     head = (
         "import torch\nimport triton\nimport triton.language as tl\nimport tilebook\n"
-        "from tilebook.exercises import check\n"
-        "from tilebook.experiments import rms_norm as exp\n\n"
+        "from tilebook.course.exercises import check\n"
+        "from tilebook.course.experiments import rms_norm as exp\n\n"
         "DEVICE, EPS = tilebook.device(), exp.EPS\n"
     )
     body = "\n\n\n".join(SCRIPT.source(name) for name in names)

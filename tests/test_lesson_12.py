@@ -22,12 +22,11 @@ import pytest
 import torch
 from lesson_source import LessonSource, write_module
 
-import tilebook.aot
-from tilebook.bench import RECORDS_DIR, Record, load_record
-from tilebook.experiments import flash_attention as xp
-from tilebook.ops import flash_attention as fa
-from tilebook.widgets import embed_json
-from tilebook.widgets_attention import (
+import tilebook.course.aot
+from tilebook.course.bench import RECORDS_DIR, Record, load_record
+from tilebook.course.experiments import flash_attention as xp
+from tilebook.course.widgets import embed_json
+from tilebook.course.widgets_attention import (
     FULL,
     MASKED,
     SETTINGS,
@@ -37,6 +36,7 @@ from tilebook.widgets_attention import (
     replay,
     tile_states,
 )
+from tilebook.ops import flash_attention as fa
 
 ROOT = Path(__file__).parents[1]
 SCRIPT = LessonSource(12)
@@ -280,7 +280,9 @@ def test_what_the_lesson_calls_the_package_s_kernel_is_the_package_s(monkeypatch
     assert launched[0] is fa._fwd_kernel
     assert {fa._bwd_dkdv_kernel, fa._bwd_dq_kernel} <= set(launched)
     specs = []
-    monkeypatch.setattr(tilebook.aot, "compile_kernel", lambda spec, *a, **k: specs.append(spec))
+    monkeypatch.setattr(
+        tilebook.course.aot, "compile_kernel", lambda spec, *a, **k: specs.append(spec)
+    )
     fa.compile_ahead("fwd", fa.CONFIGS[(90, 128, "bf16", True)]["fwd"], band=True)
     module, name = specs[0].split(":")
     assert module == fa.__name__ and getattr(fa, name) is fa._fwd_kernel
@@ -291,7 +293,7 @@ def test_what_the_lesson_calls_the_package_s_kernel_is_the_package_s(monkeypatch
 
 def test_lesson_kernels_compile_for_sm90(lesson):
     """The GPU paths (tiles, warps, stages of the page's GPU run) compile for an H100."""
-    from tilebook.aot import compile_many
+    from tilebook.course.aot import compile_many
 
     bf16 = "*bf16"
     ints = dict.fromkeys(("G", "Nq", "Nk", "reach"), "i32")
@@ -404,7 +406,7 @@ def test_a_series_keeps_its_colour_from_plot_to_plot():
     """The forward plots hold this page's kernel, the backward plots do not: every
     implementation must keep its colour across them (cuDNN's once took
     FlashAttention-2's in the backward), and two never share one."""
-    from tilebook.plots import plot_record
+    from tilebook.course.plots import plot_record
 
     order = SCRIPT.constant("IMPLS")
     rows = []

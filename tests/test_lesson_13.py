@@ -20,10 +20,10 @@ import triton.language as tl
 from lesson_source import LessonSource
 
 import tilebook
-from tilebook.aot import AotError, CompiledKernel, compile_many
-from tilebook.bench import Record
-from tilebook.datasheet import fact
-from tilebook.widgets_pipeline import PipelineExplorer, pipeline_rows
+from tilebook.course.aot import AotError, CompiledKernel, compile_many
+from tilebook.course.bench import Record
+from tilebook.course.datasheet import fact
+from tilebook.course.widgets_pipeline import PipelineExplorer, pipeline_rows
 
 SCRIPT = LessonSource(13)
 DEV = tilebook.device()

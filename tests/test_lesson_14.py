@@ -22,9 +22,9 @@ import torch
 from lesson_source import LessonSource, bound_names
 
 import tilebook
-from tilebook.bench import RECORDS_DIR, load_record
-from tilebook.check import default_tolerance
-from tilebook.widgets_decision import VERDICTS, DecisionTree, Leaf, Question
+from tilebook.course.bench import RECORDS_DIR, load_record
+from tilebook.course.check import default_tolerance
+from tilebook.course.widgets_decision import VERDICTS, DecisionTree, Leaf, Question
 
 ROOT = Path(__file__).parents[1]
 SCRIPT = LessonSource(14)
@@ -90,8 +90,9 @@ def lesson(tmp_path_factory):
     head = (
         "import torch\nimport torch.nn.functional as F\nimport triton\n"
         "import triton.language as tl\n"
-        "from tilebook.bench import load_record\nfrom tilebook.claims import MIN_NOISE, speedup\n"
-        "from tilebook.widgets_decision import DecisionTree, Leaf, Question\n\n"
+        "from tilebook.course.bench import load_record\n"
+        "from tilebook.course.claims import MIN_NOISE, speedup\n"
+        "from tilebook.course.widgets_decision import DecisionTree, Leaf, Question\n\n"
         f"DEVICE, GPU = torch.device({DEVICE.type!r}), {GPU}\n\n"
     )
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from tilebook import datasheet
-from tilebook.bench import Record
-from tilebook.claims import ClaimError, Claims, speedup, within
-from tilebook.prose import Prose, say
-from tilebook.tables import table
-from tilebook.widgets import SweepExplorer
+from tilebook.course import datasheet
+from tilebook.course.bench import Record
+from tilebook.course.claims import ClaimError, Claims, speedup, within
+from tilebook.course.prose import Prose, say
+from tilebook.course.tables import table
+from tilebook.course.widgets import SweepExplorer
 
 
 def timed(med, p20, p80, **kw):

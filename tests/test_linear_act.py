@@ -359,7 +359,7 @@ def test_sigmoid_activations_match_float64(activation):
 def test_compiled_for_a_gpu_the_sigmoid_activations_take_one_tanh():
     # Ahead of time (no GPU needed, HW_TANH on in the compiling process): SiLU and the
     # tanh GELU issue one MUFU.TANH a value and no exponential or reciprocal.
-    from tilebook.aot import compile_many
+    from tilebook.course.aot import compile_many
 
     sig = {"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32"}
     jobs = {

@@ -1,4 +1,5 @@
-"""tilebook.passes and the stage viewer; the source lines of inline-asm loads (tilebook.aot).
+"""tilebook.course.passes and the stage viewer; the source lines of inline-asm loads
+(tilebook.course.aot).
 
 One ``compile_with_passes`` call (child processes, about 3 s each to start on a
 CPU) compiles the kernels that every test here reads.
@@ -14,11 +15,11 @@ import pytest
 import triton
 import triton.language as tl
 
-from tilebook.aot import AotError, CompiledKernel, compile_many
-from tilebook.aot.lines import ptx_line_map, without_inline_asm_locs
-from tilebook.passes import IRS, PassLog, Traced, compile_with_passes, parse_mlir_dump
-from tilebook.widgets import embed_json
-from tilebook.widgets_stages import STAGE_JOBS, StageViewer, stage_texts
+from tilebook.course.aot import AotError, CompiledKernel, compile_many
+from tilebook.course.aot.lines import ptx_line_map, without_inline_asm_locs
+from tilebook.course.passes import IRS, PassLog, Traced, compile_with_passes, parse_mlir_dump
+from tilebook.course.widgets import embed_json
+from tilebook.course.widgets_stages import STAGE_JOBS, StageViewer, stage_texts
 
 
 @triton.jit

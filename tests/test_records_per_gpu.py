@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tilebook import bench, datasheet
+from tilebook.course import bench, datasheet
 
 
 def _record(folder, name, gpu, date, mode="gpu"):

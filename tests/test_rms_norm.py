@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 import tilebook
 import tilebook.ops.rms_norm as op
-from tilebook.aot import compile_kernel
+from tilebook.course.aot import compile_kernel
 from tilebook.ops.rms_norm import MAX_HIDDEN, _bwd_config, _fwd_config, rms_norm
 
 EPS = 1e-6

@@ -255,7 +255,7 @@ def test_pages_list_every_lesson_and_call_none_in_preparation(built_site):
 def test_measurements_page_states_the_settings_of_the_code(built_site):
     import inspect
 
-    from tilebook import bench
+    from tilebook.course import bench
 
     html_dir, _ = built_site
     text = re.sub(r"<[^>]+>", "", (html_dir / "measurements.html").read_text())

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import tilebook
-from tilebook.aot import compile_kernel
+from tilebook.course.aot import compile_kernel
 from tilebook.ops import softmax as sm
 
 INF = float("inf")

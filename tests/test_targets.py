@@ -4,7 +4,7 @@ and an H100 (sm_90), in the configurations the package launches there
 
 CI compiles each kernel function once per target (the first job that launches it;
 :data:`tilebook.ops.targets` also gives layer_norm's partial sums a second shape):
-70 compiles in one :func:`tilebook.aot.compile_many` call (two worker processes):
+70 compiles in one :func:`tilebook.course.aot.compile_many` call (two worker processes):
 86 s user + 11 s system CPU time, 106 s wall on a shared, loaded 2-core machine (so
 about 50 s on an idle one).  That is already the smallest set that compiles every
 kernel function for every target; a subset per op would drop kernels.
@@ -24,8 +24,8 @@ import pkgutil
 import pytest
 
 import tilebook.ops
-from tilebook.aot import compile_many
-from tilebook.aot.shipping import python_function
+from tilebook.course.aot import compile_many
+from tilebook.course.aot.shipping import python_function
 from tilebook.ops import attention_hopper
 from tilebook.ops.targets import TARGET_ARCHS, all_jobs
 
@@ -130,7 +130,7 @@ def test_every_job_compiles_without_unknown_spills(compiled, arch):
 
 @pytest.mark.parametrize("arch", TARGET_ARCHS)
 def test_shared_memory_fits_the_target(compiled, arch):
-    from tilebook.aot.targets import TARGETS
+    from tilebook.course.aot.targets import TARGETS
 
     _, kernels = compiled[arch]
     limit = TARGETS[arch][1]

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import tilebook
-from tilebook.check import default_tolerance
+from tilebook.course.aot import compile_kernel
+from tilebook.course.check import default_tolerance
 from tilebook.ops import vector_add as va
 
 LESSON = Path(__file__).parents[1] / "gallery" / "03_real_kernels" / "07_vector_add.py"
@@ -129,7 +130,7 @@ def test_sm90_compile_is_vectorised():
     """Ahead-of-time compile for an H100: 16-byte loads, no spills at the tuned config."""
     sig = {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n_elements": "i32"}
     cfg = va.DEFAULT_CONFIG
-    k = tilebook.aot.compile_kernel(
+    k = compile_kernel(
         "tilebook.ops.vector_add:add_kernel",
         sig,
         {"BLOCK_SIZE": cfg.kwargs["BLOCK_SIZE"], "INT64_OFFSETS": False},

@@ -1,4 +1,4 @@
-"""The tl.dot explorer (tilebook.widgets_dot): its data, its checks, and a real browser."""
+"""The tl.dot explorer (tilebook.course.widgets_dot): its data, its checks, and a real browser."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tilebook.widgets_dot import DotExplorer
+from tilebook.course.widgets_dot import DotExplorer
 
 KNOBS = {"target": ["sm_90", "sm_80"], "inputs": ["fp16 -> fp32", "fp16 -> fp16"]}
 FACTS = {"acc": "accumulator", "rate": "rate"}

@@ -1,4 +1,4 @@
-"""tilebook.widgets_grid: the figures the Part I widgets show, for every setting.
+"""tilebook.course.widgets_grid: the figures the Part I widgets show, for every setting.
 
 The widgets' JavaScript only draws rows computed here; these tests check the
 rows' arithmetic (programs, the unprocessed tail, unowned tiles, launch order)
@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tilebook.widgets_grid import (
+from tilebook.course.widgets_grid import (
     GRID_RULES,
     TILE_RULES,
     GridExplorer,

@@ -1,6 +1,6 @@
 """The sector model of a warp's load and the coalescing explorer built on it.
 
-The model (:func:`tilebook.experiments.memory_access.warp_access`) is checked on
+The model (:func:`tilebook.course.experiments.memory_access.warp_access`) is checked on
 cases worked by hand; the explorer on what each setting shows: the right
 verdict, notes that are true of their row only, the measured rate only where a
 record of that dtype has the stride, and HTML that is self-contained.
@@ -14,9 +14,9 @@ import re
 import pytest
 import torch
 
-from tilebook.bench import Record
-from tilebook.experiments import memory_access as ma
-from tilebook.widgets_memory import DTYPES, CoalescingExplorer
+from tilebook.course.bench import Record
+from tilebook.course.experiments import memory_access as ma
+from tilebook.course.widgets_memory import DTYPES, CoalescingExplorer
 
 # ----------------------------------------------------------------------------- the model
 

@@ -1,4 +1,4 @@
-"""The warps x stages widget's pitfall toggles (tilebook.widgets_pipeline): their checks,
+"""The warps x stages widget's pitfall toggles (tilebook.course.widgets_pipeline): their checks,
 their data, and a real browser that switches them with the mouse and the keyboard."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tilebook.aot import CompiledKernel
-from tilebook.widgets_pipeline import PipelineExplorer, Pitfall
+from tilebook.course.aot import CompiledKernel
+from tilebook.course.widgets_pipeline import PipelineExplorer, Pitfall
 
 
 def _kernel(warps, stages, shared, regs, spill):

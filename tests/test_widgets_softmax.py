@@ -1,4 +1,4 @@
-"""tilebook.widgets_softmax: the online softmax stepper's numbers, for every setting.
+"""tilebook.course.widgets_softmax: the online softmax stepper's numbers, for every setting.
 
 The stepper's JavaScript only draws what :func:`online_steps` computed, so these
 tests check the recurrence on rows worked out by hand, that leaving the
@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from tilebook.widgets_softmax import ROWS, OnlineSoftmaxStepper, online_steps
+from tilebook.course.widgets_softmax import ROWS, OnlineSoftmaxStepper, online_steps
 
 
 def _payload(widget) -> dict:

@@ -1,7 +1,7 @@
 """Sphinx pieces of the tilebook site.
 
 * ``:datasheet:`h100.memory_bandwidth``` renders a published figure from
-  :mod:`tilebook.datasheet` (value and unit) as a link to its row, with its
+  :mod:`tilebook.course.datasheet` (value and unit) as a link to its row, with its
   source, in the datasheet table of the glossary page.  It is how a lesson's
   prose states a hardware figure without typing a number.
 * ``:repo:`benchmarks/softmax.py``` links a file of the repository ("view
@@ -42,7 +42,7 @@ class DatasheetRole(SphinxRole):
     row for it, the H200's, followed by that GPU's name)."""
 
     def run(self):
-        from tilebook.datasheet import BUILD, build_fact, fact
+        from tilebook.course.datasheet import BUILD, build_fact, fact
 
         key = self.text.strip()
         try:
@@ -67,7 +67,7 @@ class DatasheetRole(SphinxRole):
 
 
 def _build_key_prefix() -> str:
-    from tilebook.datasheet import build_gpu
+    from tilebook.course.datasheet import build_gpu
 
     gpu = build_gpu()
     return f"{gpu.key}." if gpu else "\0"
@@ -78,7 +78,7 @@ class BuildGpuRole(SphinxRole):
     device that ran the lessons (GPU build), or the GPU of the records shown (CPU)."""
 
     def run(self):
-        from tilebook.datasheet import build_gpu_name
+        from tilebook.course.datasheet import build_gpu_name
 
         return [nodes.emphasis(text=build_gpu_name() or "no GPU (no records)")], []
 
@@ -89,7 +89,7 @@ class DatasheetTable(Directive):
     has_content = False
 
     def run(self):
-        from tilebook.datasheet import FACTS
+        from tilebook.course.datasheet import FACTS
 
         table = nodes.table(classes=["tb-datasheet-table"])
         group = nodes.tgroup(cols=5)

@@ -1,7 +1,7 @@
 """The measurements page, read from the code that measures.
 
-* ``{from-code}`tilebook.bench.measure(warmup)``` renders the default of a
-  parameter; ``{from-code}`tilebook.bench.RECORDS_GPU_ENV``` a module's constant.
+* ``{from-code}`tilebook.course.bench.measure(warmup)``` renders the default of a
+  parameter; ``{from-code}`tilebook.course.bench.RECORDS_GPU_ENV``` a module's constant.
   After a ``|``, a format: ``word`` (``5`` -> "five"), ``bytes`` (``2**30`` ->
   "1 GiB"), ``percentiles`` (a dataclass with ``p20_ms`` and ``p80_ms`` fields ->
   "20th and 80th"), ``code`` (shown as code).  The value links to the object's entry on the API page, so a
@@ -115,7 +115,7 @@ class FromCodeRole(SphinxRole):
 
 
 def _load(folder: Path) -> list:
-    from tilebook.bench import load_record
+    from tilebook.course.bench import load_record
 
     records = [load_record(p.stem, folder) for p in sorted(folder.glob("*.json"))]
     return [r for r in records if r is not None]
@@ -178,7 +178,7 @@ def _own_kind() -> str | None:
         return None
     import torch
 
-    from tilebook.datasheet import gpu_kind
+    from tilebook.course.datasheet import gpu_kind
 
     return gpu_kind(torch.cuda.get_device_name())
 
@@ -190,7 +190,7 @@ class RecordsTable(Directive):
     has_content = False
 
     def run(self):
-        from tilebook import bench
+        from tilebook.course import bench
 
         out: list[nodes.Node] = []
         sets = bench.record_sets()

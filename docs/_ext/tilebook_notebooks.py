@@ -37,7 +37,7 @@ _HEADING = {"=": "#", "-": "##", "~": "###", "^": "####"}
 def _fact_text(key: str) -> str:
     """The figure as the page states it: a ``gpu.`` key is the build GPU's, else the
     fallback GPU's named (as the site's role does)."""
-    from tilebook.datasheet import BUILD, build_fact, build_gpu, fact
+    from tilebook.course.datasheet import BUILD, build_fact, build_gpu, fact
 
     prefix, _, name = key.partition(".")
     try:
@@ -60,7 +60,7 @@ def _inline(text: str, repo_url: str | None, branch: str) -> str:
         if name == "datasheet":
             return _fact_text(body.strip())
         if name == "build-gpu":
-            from tilebook.datasheet import build_gpu_name
+            from tilebook.course.datasheet import build_gpu_name
 
             return build_gpu_name() or "no GPU"
         if name in ("term", "doc", "ref"):

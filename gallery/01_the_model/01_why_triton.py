@@ -24,7 +24,7 @@ Triton among the other ways to program a GPU.
 - why a chain of elementwise PyTorch operations is slow, counted in bytes;
 - what a Triton kernel looks like: one program, one tile, loads and a store;
 - how to check a kernel against PyTorch, and your own kernels with
-  :func:`tilebook.exercises.check_elementwise`;
+  :func:`tilebook.course.exercises.check_elementwise`;
 - that ``torch.compile`` writes Triton too, and what it wrote here;
 - where Triton sits between PyTorch, ``torch.compile``, CUDA C++/CUTLASS and
   libraries, and where it falls short.
@@ -47,17 +47,17 @@ import torch
 import triton
 import triton.language as tl
 
-from tilebook.aot import compile_kernel
-from tilebook.bench import record_or_measure
-from tilebook.check import CorrectnessReport
-from tilebook.claims import Claims, speedup, within
-from tilebook.datasheet import fact
-from tilebook.exercises import check_elementwise
-from tilebook.experiments import why_triton as experiment
-from tilebook.plots import plot_record
-from tilebook.prose import say
-from tilebook.tables import table
-from tilebook.widgets_grid import ThreadsVsTilesExplorer
+from tilebook.course.aot import compile_kernel
+from tilebook.course.bench import record_or_measure
+from tilebook.course.check import CorrectnessReport
+from tilebook.course.claims import Claims, speedup, within
+from tilebook.course.datasheet import fact
+from tilebook.course.exercises import check_elementwise
+from tilebook.course.experiments import why_triton as experiment
+from tilebook.course.plots import plot_record
+from tilebook.course.prose import say
+from tilebook.course.tables import table
+from tilebook.course.widgets_grid import ThreadsVsTilesExplorer
 
 print(tilebook.banner())
 DEVICE = tilebook.device()
@@ -77,7 +77,7 @@ def swiglu_eager(x, y):
 # %%
 # On a GPU, each PyTorch operator is a kernel of its own: it reads its inputs
 # from :term:`HBM`, the GPU's main memory, and writes its result back there.
-# :func:`tilebook.experiments.why_triton.traffic` runs the line under a
+# :func:`tilebook.course.experiments.why_triton.traffic` runs the line under a
 # dispatch mode that sees every operator and counts the bytes of its tensor
 # arguments and results:
 
@@ -169,7 +169,7 @@ def swiglu(x, y, out):
 # ------------
 # We compare with the same function computed in float64 from the same
 # inputs, on awkward lengths: three elements, a prime, one past a multiple of
-# the block, and a large odd length.  :class:`tilebook.check.CorrectnessReport`
+# the block, and a large odd length.  :class:`tilebook.course.check.CorrectnessReport`
 # raises when a case misses its tolerance, so a wrong kernel stops the build of
 # this page.  (bfloat16 is checked on a GPU only: the interpreter computes it
 # wrongly.)
@@ -189,7 +189,7 @@ report.assert_ok()
 # %%
 # A report like this says *whether* a kernel is right.  When you write a kernel
 # of your own in the exercises, you will also want to know *what* is wrong.
-# :func:`tilebook.exercises.check_elementwise` runs a launcher that writes into
+# :func:`tilebook.course.exercises.check_elementwise` runs a launcher that writes into
 # ``out`` against a reference on five awkward lengths, on whatever machine you
 # have, and names the elements, the programs that owned them, elements that
 # nobody wrote and writes past the end of the output.  On our launcher:
@@ -213,7 +213,7 @@ broken
 # What the compiler did with the tile
 # -----------------------------------
 # We never said which thread handles which element, nor how wide a load is.
-# :func:`tilebook.aot.compile_kernel` compiles the kernel ahead of time for
+# :func:`tilebook.course.aot.compile_kernel` compiles the kernel ahead of time for
 # Hopper, ``sm_90`` (on any machine, this one included) and reports what came out; lesson
 # 03 walks through every stage.  We compile it as a launch with aligned
 # tensors and a length divisible by 16 would (lesson 02 shows why that
@@ -248,7 +248,7 @@ say(
 # %%
 # Measured: bytes become time
 # ---------------------------
-# :func:`tilebook.experiments.why_triton.fusion` times the three ways to
+# :func:`tilebook.course.experiments.why_triton.fusion` times the three ways to
 # compute the gate, eager PyTorch, our kernel and ``torch.compile`` of
 # ``swiglu_eager``, in interleaved rounds over vector lengths, after checking
 # each against float64.  The plot shows *useful* bandwidth: the least traffic
@@ -383,7 +383,7 @@ shown
 # -------------------------
 # ``torch.compile`` traces a function into a graph, and its backend, Inductor,
 # generates code for the graph: on a GPU, Triton kernels.  For
-# ``swiglu_eager``, :func:`tilebook.experiments.why_triton.inductor_code`
+# ``swiglu_eager``, :func:`tilebook.course.experiments.why_triton.inductor_code`
 # compiles it with Inductor's caches off and keeps the Triton source it wrote
 # (on a GPU live; on a CPU the text recorded on a GPU, which the caption
 # names).  Here is the kernel, from its ``@triton.jit`` on:
@@ -493,7 +493,7 @@ table(WAYS, {k: k for k in WAYS[0]})
 # Either way the grid must cover the data.  A grid of one program per element,
 # a habit carried over from CUDA, is correct with a mask but launches
 # ``BLOCK`` times too many programs;
-# :func:`tilebook.experiments.why_triton.grid_waste` times what that costs.
+# :func:`tilebook.course.experiments.why_triton.grid_waste` times what that costs.
 
 
 def swiglu_on(x, y, out, programs):

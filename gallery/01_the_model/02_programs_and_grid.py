@@ -27,7 +27,7 @@ call costs.
 - how many binaries a set of calls creates, and what a first call costs.
 
 The package's :func:`tilebook.vector_add` launches with a grid function like
-the one here; :func:`tilebook.exercises.check` checks kernels of any shape.
+the one here; :func:`tilebook.course.exercises.check` checks kernels of any shape.
 """
 
 # %%
@@ -41,14 +41,14 @@ import triton
 import triton.language as tl
 from triton.errors import TritonError
 
-from tilebook.aot import compile_many
-from tilebook.bench import record_or_measure
-from tilebook.check import CorrectnessReport
-from tilebook.claims import Claims, speedup
-from tilebook.experiments import programs as experiment
-from tilebook.prose import say
-from tilebook.tables import table
-from tilebook.widgets_grid import GridExplorer, ownership_figure
+from tilebook.course.aot import compile_many
+from tilebook.course.bench import record_or_measure
+from tilebook.course.check import CorrectnessReport
+from tilebook.course.claims import Claims, speedup
+from tilebook.course.experiments import programs as experiment
+from tilebook.course.prose import say
+from tilebook.course.tables import table
+from tilebook.course.widgets_grid import GridExplorer, ownership_figure
 
 print(tilebook.banner())
 DEVICE = tilebook.device()
@@ -266,7 +266,7 @@ def tickets(grid_0, grid_1):
 
 
 # %%
-# :func:`tilebook.experiments.programs.start_order` checks that every program
+# :func:`tilebook.course.experiments.programs.start_order` checks that every program
 # took one ticket, then compares the tickets with two numberings of the grid:
 # the linear index (axis 0 fastest) and its transpose (axis 1 fastest).  Its
 # measure is the fraction of all pairs of programs whose tickets come in the
@@ -395,7 +395,7 @@ explorer
 #
 # To see it, we make a set of calls to one small kernel and, after each, ask
 # the kernel's in-memory cache how many binaries it holds
-# (:func:`tilebook.experiments.programs.specialisations`).  On a CPU the
+# (:func:`tilebook.course.experiments.programs.specialisations`).  On a CPU the
 # interpreter compiles nothing, so this page shows the record of a GPU run.
 
 
@@ -499,7 +499,7 @@ rules if spec else no_record()
 # divisible by 16 means a tile of 16 elements is either all inside the vector
 # or all outside, so the mask is the same for each group of four floats and a
 # thread may load them with one 16-byte instruction.  Without that knowledge
-# every element needs its own load.  :func:`tilebook.aot.compile_many` compiles
+# every element needs its own load.  :func:`tilebook.course.aot.compile_many` compiles
 # ``scale_kernel`` both ways for Hopper (``sm_90``):
 
 SIG = {"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "alpha": "fp32"}
@@ -531,7 +531,7 @@ table(
 # through its stages (lesson 03) and ``ptxas`` turns the result into machine
 # code.  The binary is also written to an on-disk cache
 # (``~/.triton/cache``, or ``TRITON_CACHE_DIR``), so the next *process* that
-# needs it loads it instead.  :func:`tilebook.experiments.programs.first_calls`
+# needs it loads it instead.  :func:`tilebook.course.experiments.programs.first_calls`
 # times a call of ``scale`` that compiles (an empty cache directory), one
 # that loads from the disk cache, and later calls, wall clock from the
 # Python call to the end of the kernel.
@@ -628,7 +628,7 @@ shown
 #    to ``cdiv(n, 2 * BLOCK)``, and the kernel loops over its two blocks.
 #    Check it with ``check(fn, lambda n: torch.arange(n, dtype=torch.int32) //
 #    256, [(1,), (97,), (1000,), (4097,)], block=256)`` from
-#    :mod:`tilebook.exercises`, where ``fn(n, out)`` launches it with
+#    :mod:`tilebook.course.exercises`, where ``fn(n, out)`` launches it with
 #    ``BLOCK=128``.
 #
 #    .. dropdown:: Solution

@@ -19,7 +19,7 @@ passes that did the work.
   LLVM IR, :term:`PTX`, the cubin that ``ptxas`` assembles, and its
   :term:`SASS`;
 - how to compile a kernel for a GPU you do not have, and which lines of every
-  stage came from one line of Python (:func:`tilebook.aot.compile_kernel`);
+  stage came from one line of Python (:func:`tilebook.course.aot.compile_kernel`);
 - where :term:`coalescing <coalesced>`, layout conversion, tensor-core
   selection and pipelining happen, read from the passes that ran;
 - how a masked ``tl.load`` becomes a predicated 16-byte load, and what keeps a
@@ -28,9 +28,9 @@ passes that did the work.
 - Triton's cache, and the settings of ``triton.knobs`` that move, bypass or
   dump it.
 
-The tools used here are :mod:`tilebook.aot` (every stage and its source lines)
-and :mod:`tilebook.passes` (the passes); kernels written for the exercises are
-checked by :func:`tilebook.exercises.check_elementwise`.
+The tools used here are :mod:`tilebook.course.aot` (every stage and its source lines)
+and :mod:`tilebook.course.passes` (the passes); kernels written for the exercises are
+checked by :func:`tilebook.course.exercises.check_elementwise`.
 """
 
 # %%
@@ -46,13 +46,13 @@ import torch
 import triton
 import triton.language as tl
 
-from tilebook.check import CorrectnessReport
-from tilebook.claims import Claims
-from tilebook.exercises import check_elementwise
-from tilebook.passes import compile_with_passes
-from tilebook.prose import say
-from tilebook.tables import table
-from tilebook.widgets_stages import StageViewer
+from tilebook.course.check import CorrectnessReport
+from tilebook.course.claims import Claims
+from tilebook.course.exercises import check_elementwise
+from tilebook.course.passes import compile_with_passes
+from tilebook.course.prose import say
+from tilebook.course.tables import table
+from tilebook.course.widgets_stages import StageViewer
 
 print(tilebook.banner())
 DEVICE = tilebook.device()
@@ -109,9 +109,9 @@ report.assert_ok()
 #    ``nvdisasm`` prints that code as **SASS**.
 #
 # Triton does all of this for the GPU it is told to target, whether or not the
-# machine has one.  :func:`tilebook.passes.compile_with_passes` asks it ahead
+# machine has one.  :func:`tilebook.course.passes.compile_with_passes` asks it ahead
 # of time with its pass-by-pass dump on, and returns every stage (a
-# :class:`tilebook.aot.CompiledKernel`) and the passes that ran.  A compile
+# :class:`tilebook.course.aot.CompiledKernel`) and the passes that ran.  A compile
 # needs what a launch would find: the argument types, the ``constexpr``
 # values, and which integers and pointers are divisible by 16 (lesson 02).  We
 # compile the kernel as a launch with ``n = 8192`` sees it, for both GPUs;
@@ -242,7 +242,7 @@ for when, text in SNAPSHOTS:
 # -------------------------
 # Every stage carries source locations (``loc`` records in the MLIR stages,
 # ``!dbg`` in LLVM IR, ``.loc`` in PTX, line tables in the cubin), so
-# :meth:`~tilebook.aot.CompiledKernel.lines_for` can list the lines of any
+# :meth:`~tilebook.course.aot.CompiledKernel.lines_for` can list the lines of any
 # stage that came from one line of Python.  Stage by stage for ``sm_90``: how
 # many lines came from the ``tl.load`` line, the first load among them, and
 # the comparison that came from the mask line.
@@ -307,7 +307,7 @@ say(
 # untouched.  With Triton 3.8 and 3.9 (not 3.6) the PTX also has a ``.loc``
 # before each line of that assembly, numbered on from the load's own line, so
 # that the lines after a load seem to claim part of it (the viewer shows them
-# when the page was built with those versions); :mod:`tilebook.aot` counts only
+# when the page was built with those versions); :mod:`tilebook.course.aot` counts only
 # the first.
 #
 # What keeps a load narrow
@@ -349,7 +349,7 @@ table(
 #
 # Without a mask there is nothing to split: the loads are wide, and the last
 # program reads and writes past the end of the vectors.  The exercise checker
-# of :mod:`tilebook.exercises` runs such a kernel on awkward lengths, inside
+# of :mod:`tilebook.course.exercises` runs such a kernel on awkward lengths, inside
 # guard regions, and says what went wrong:
 
 
@@ -419,7 +419,7 @@ dot_report.check(f"{M_}x{K_} @ {K_}x{N_}", c, a.double() @ b.double())
 dot_report.assert_ok()
 
 # %%
-# :class:`~tilebook.passes.PassLog` compares the module before each pass with
+# :class:`~tilebook.course.passes.PassLog` compares the module before each pass with
 # the module after it.  These are the passes that shape ``tile_dot_kernel``
 # on its way to TTGIR, and whether each changed it on each target:
 
@@ -540,7 +540,7 @@ dots
 
 # %%
 # Registers are ``ptxas``'s decision, not Triton's: it reports them as it
-# assembles (``ptxas -v``), and :mod:`tilebook.aot` reads that report (on a
+# assembles (``ptxas -v``), and :mod:`tilebook.course.aot` reads that report (on a
 # GPU, a launched kernel's ``compiled.n_regs`` says the same).  Shared memory
 # is Triton's own decision, recorded in the kernel's metadata as ``shared``,
 # in bytes per program.  Both limit how many programs fit on one :term:`SM`
@@ -627,8 +627,8 @@ table(
 # The pass-by-pass dump is not among them.  ``MLIR_ENABLE_DUMP=1`` (the module
 # before every MLIR pass, on stderr) and ``MLIR_DUMP_PATH`` (a file instead)
 # are read by Triton's C++ code, which opens that file once per process: that
-# is why :mod:`tilebook.passes` compiles in processes of its own.  A kernel found in
-# the cache is not compiled again and dumps nothing, so pair them with
+# is why :mod:`tilebook.course.passes` compiles in processes of its own.  A kernel
+# found in the cache is not compiled again and dumps nothing, so pair them with
 # ``TRITON_ALWAYS_COMPILE=1``:
 #
 # .. code-block:: bash
@@ -662,14 +662,14 @@ knobs
 # --------
 #
 # 1. Compile ``scale_kernel`` for ``"*fp16"`` pointers on ``sm_90`` with
-#    :func:`tilebook.aot.compile_kernel`.  How many elements does one 16-byte
+#    :func:`tilebook.course.aot.compile_kernel`.  How many elements does one 16-byte
 #    load carry now, and how many loads does a thread make?
 #
 #    .. dropdown:: Solution
 #
 #       .. code-block:: python
 #
-#          from tilebook.aot import compile_kernel
+#          from tilebook.course.aot import compile_kernel
 #
 #          sig = {"x_ptr": "*fp16", "out_ptr": "*fp16", "n": "i32", "alpha": "fp32"}
 #          k = compile_kernel(scale_kernel, sig, {"BLOCK": 1024}, arch=90,
@@ -682,7 +682,7 @@ knobs
 #
 # 2. Write two variants of ``scale_kernel``, one with the mask on the store
 #    only and one with it on the load only, and check each with
-#    :func:`tilebook.exercises.check_elementwise` as the lesson checked
+#    :func:`tilebook.course.exercises.check_elementwise` as the lesson checked
 #    ``scale_kernel_no_mask``.  Which passes?
 #
 #    .. dropdown:: Solution
@@ -701,7 +701,7 @@ knobs
 #       output can see.  Both masks belong in the kernel.
 #
 # 3. Compile ``tile_dot_kernel`` for ``sm_90`` with ``num_stages=1`` through
-#    :func:`tilebook.passes.compile_with_passes`.  Which passes no longer
+#    :func:`tilebook.course.passes.compile_with_passes`.  Which passes no longer
 #    change it?  What happens to the ``LDGSTS`` instructions and to
 #    ``shared_bytes``?
 #

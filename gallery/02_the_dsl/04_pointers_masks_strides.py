@@ -23,9 +23,9 @@ copy engine.
 - how Triton learns which axis is contiguous, read from the compiled code;
 - tensor descriptors, the Hopper way to name a tile, replacing block pointers.
 
-The lesson's kernels live in :mod:`tilebook.experiments.memory_access`
-(:func:`tilebook.experiments.memory_access.scale_2d`); the exercises' checker
-is :func:`tilebook.exercises.check`.
+The lesson's kernels live in :mod:`tilebook.course.experiments.memory_access`
+(:func:`tilebook.course.experiments.memory_access.scale_2d`); the exercises' checker
+is :func:`tilebook.course.exercises.check`.
 """
 
 # %%
@@ -44,15 +44,15 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from tilebook.aot import compile_many
-from tilebook.bench import record_or_measure
-from tilebook.check import CorrectnessReport
-from tilebook.claims import Claims, speedup
-from tilebook.experiments import memory_access as experiment
-from tilebook.plots import plot_record
-from tilebook.prose import say
-from tilebook.tables import table
-from tilebook.widgets_memory import CoalescingExplorer
+from tilebook.course.aot import compile_many
+from tilebook.course.bench import record_or_measure
+from tilebook.course.check import CorrectnessReport
+from tilebook.course.claims import Claims, speedup
+from tilebook.course.experiments import memory_access as experiment
+from tilebook.course.plots import plot_record
+from tilebook.course.prose import say
+from tilebook.course.tables import table
+from tilebook.course.widgets_memory import CoalescingExplorer
 
 print(tilebook.banner())
 DEVICE = tilebook.device()
@@ -119,7 +119,7 @@ print("elements overwritten: ", int((after_out != 0).sum()))
 # The rule: every lane that may fall outside the tensor needs a mask on its
 # loads and on its stores.  ``other`` matters when the masked values flow into
 # something (a sum needs ``0``, a maximum ``-inf``).  The exercises' checker,
-# :func:`tilebook.exercises.check`, keeps a kernel's tensors in guarded,
+# :func:`tilebook.course.exercises.check`, keeps a kernel's tensors in guarded,
 # poisoned buffers: a missing mask shows as a finding, not as corruption.
 #
 # Pointer arithmetic and strides
@@ -180,12 +180,12 @@ copy_report.assert_ok()
 # reading float32 fills whole sectors, and every byte delivered is used.  At a
 # stride of two elements only every other element of each sector is wanted;
 # from a stride of eight float32 elements on, each sits in a sector of its own.
-# :func:`tilebook.experiments.memory_access.warp_access` counts the sectors of
-# one warp's load, and :func:`~tilebook.experiments.memory_access.predicted_ratio`
-# what that predicts for the strided copy, which reads at the stride and
-# writes contiguously.
+# :func:`tilebook.course.experiments.memory_access.warp_access` counts the sectors
+# of one warp's load, and
+# :func:`~tilebook.course.experiments.memory_access.predicted_ratio` what that
+# predicts for the strided copy, which reads at the stride and writes contiguously.
 #
-# :func:`tilebook.experiments.memory_access.strides` measures it: the kernel
+# :func:`tilebook.course.experiments.memory_access.strides` measures it: the kernel
 # above copies ``experiment.STRIDE_N`` float32 elements read at
 # each stride, all strides in interleaved rounds.  GB/s count the bytes the
 # copy needs, one read and one write each: what the stride wastes shows.
@@ -292,7 +292,7 @@ CoalescingExplorer(sweep, slow_below=SLOW)
 # whole tile, ``BLOCK_M x BLOCK_N``.  Element ``(i, j)`` of a tensor with
 # strides ``(stride_m, stride_n)`` is at ``i * stride_m + j * stride_n``, and
 # a transposed or sliced view is only other strides and another first element.
-# :func:`tilebook.experiments.memory_access.view_inputs` makes three views of
+# :func:`tilebook.course.experiments.memory_access.view_inputs` makes three views of
 # one shape; the offsets of their top-left corners:
 
 SHAPE = tilebook.pick(gpu=(1040, 3088), cpu=(40, 72))
@@ -356,7 +356,7 @@ report.assert_ok()
 #
 # Right on every view, but fast?  In the transposed view, neighbours in a row
 # are ``M`` elements apart: read along rows, the stride sweep's worst case.
-# :func:`tilebook.experiments.memory_access.views` times the kernel and
+# :func:`tilebook.course.experiments.memory_access.views` times the kernel and
 # ``torch.mul`` on each view of a float32 ``experiment.VIEW_SHAPE`` matrix,
 # all in one set of interleaved rounds.
 
@@ -508,11 +508,11 @@ if ways.rows:  # none on a GPU older than Hopper under a Triton without block po
 # Triton compiles from what a launch tells it (lesson 02): an integer equal to
 # one becomes a constant, arguments divisible by 16 are marked so.
 # ``stride_xn == 1`` says a row is contiguous, so a thread can take neighbours
-# in one wide load.  :func:`tilebook.experiments.memory_access.specialization`
+# in one wide load.  :func:`tilebook.course.experiments.memory_access.specialization`
 # says what a launch on each view of the measured size tells it (on meta
-# tensors), :func:`tilebook.aot.compile_many` compiles each for Hopper (``sm_90``)
-# on any machine, beside ``strides unknown`` (``do_not_specialize``), the block
-# pointer and the descriptor.  Counts are :term:`SASS` instructions per thread.
+# tensors), :func:`tilebook.course.aot.compile_many` compiles each for Hopper
+# (``sm_90``) on any machine, beside ``strides unknown`` (``do_not_specialize``), the
+# block pointer and the descriptor.  Counts are :term:`SASS` instructions per thread.
 
 big = experiment.view_inputs(*experiment.VIEW_SHAPE, device="meta")
 big_out = torch.empty(experiment.VIEW_SHAPE, device="meta")
@@ -625,7 +625,7 @@ code
 #
 # 1. Write ``flip``: ``out[i] = x[n - 1 - i]``.  Check it with
 #    ``print(check_elementwise(my_flip, lambda x: x.flip(0), inputs=1,
-#    block=1024))`` (``from tilebook.exercises import check_elementwise``).
+#    block=1024))`` (``from tilebook.course.exercises import check_elementwise``).
 #
 #    .. dropdown:: Solution
 #
@@ -651,7 +651,7 @@ code
 #
 #    .. code-block:: python
 #
-#       from tilebook.exercises import check
+#       from tilebook.course.exercises import check
 #       cases = {"contiguous": (torch.randn(70, 45, device=DEVICE),),
 #                "transposed": (torch.randn(45, 70, device=DEVICE).t(),)}
 #       print(check(my_transpose, lambda x: x.t(), cases, block=(64, 64)))

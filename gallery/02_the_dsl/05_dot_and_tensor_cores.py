@@ -27,7 +27,7 @@ of multiply-adds.
 
 Lessons 08 and 09 build :func:`tilebook.linear_act` and :func:`tilebook.matmul`
 on ``tl.dot``; the measurement of this lesson is
-:func:`tilebook.experiments.dot.paths`.
+:func:`tilebook.course.experiments.dot.paths`.
 """
 
 # %%
@@ -51,21 +51,21 @@ import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.backends.nvidia.compiler import min_dot_size
 
-from tilebook.aot import AotError, compile_many
-from tilebook.bench import record_or_measure
-from tilebook.check import CorrectnessReport
-from tilebook.claims import Claims, speedup
-from tilebook.experiments import dot as experiment
-from tilebook.plots import (
+from tilebook.course.aot import AotError, compile_many
+from tilebook.course.bench import record_or_measure
+from tilebook.course.check import CorrectnessReport
+from tilebook.course.claims import Claims, speedup
+from tilebook.course.experiments import dot as experiment
+from tilebook.course.plots import (
     caption_figure,
     house_style,
     no_record_message,
     place_legend,
     run_caption,
 )
-from tilebook.prose import say
-from tilebook.tables import table
-from tilebook.widgets_dot import DotExplorer
+from tilebook.course.prose import say
+from tilebook.course.tables import table
+from tilebook.course.widgets_dot import DotExplorer
 
 print(tilebook.banner())
 DEVICE = tilebook.device()
@@ -156,7 +156,7 @@ report.assert_ok()
 # What it becomes
 # ---------------
 # Lesson 03 compiled kernels ahead of time for GPUs the machine does not have.
-# One :func:`~tilebook.aot.compile_many` call compiles ``tile_dot_kernel`` for
+# One :func:`~tilebook.course.aot.compile_many` call compiles ``tile_dot_kernel`` for
 # Turing (``sm_75``, a T4's), Ampere (``sm_80``, an A100's) and Hopper
 # (``sm_90``, an H100's or H200's), for each kind of input on Hopper, and there
 # for a few tiles and warp counts.  A
@@ -495,7 +495,7 @@ say(
 # ``"ieee"`` computes in float32 on the ordinary units: the ``FFMA`` loop.
 #
 # One measurement gives each path's accuracy and speed:
-# :func:`tilebook.experiments.dot.paths` sends the same float32 data through
+# :func:`tilebook.course.experiments.dot.paths` sends the same float32 data through
 # each path (converted to the path's dtype first) on the timed tile of the
 # table above; ``err`` is the error against float64 of the float32 data, and
 # the dot's own error compares with float64 of the converted inputs.  To time
@@ -702,7 +702,7 @@ DotExplorer(
 #
 #    .. code-block:: python
 #
-#       from tilebook.exercises import check
+#       from tilebook.course.exercises import check
 #
 #       def abt(a, b, out):
 #           (m, k), n = a.shape, b.shape[0]

@@ -46,14 +46,14 @@ import triton
 import triton.language as tl
 
 import tilebook.ops.softmax as sm
-from tilebook.aot import compile_many
-from tilebook.bench import record_or_measure
-from tilebook.check import CorrectnessReport
-from tilebook.claims import Claims, speedup
-from tilebook.experiments import reductions as experiment
-from tilebook.prose import say
-from tilebook.tables import table
-from tilebook.widgets_softmax import OnlineSoftmaxStepper
+from tilebook.course.aot import compile_many
+from tilebook.course.bench import record_or_measure
+from tilebook.course.check import CorrectnessReport
+from tilebook.course.claims import Claims, speedup
+from tilebook.course.experiments import reductions as experiment
+from tilebook.course.prose import say
+from tilebook.course.tables import table
+from tilebook.course.widgets_softmax import OnlineSoftmaxStepper
 
 print(tilebook.banner())
 DEVICE = tilebook.device()
@@ -202,8 +202,8 @@ def block_sum_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 # %%
-# :func:`tilebook.aot.compile_many` compiles it for Hopper (``sm_90``) on any machine, on
-# three numbers of warps, and we count in the PTX: float adds, butterfly
+# :func:`tilebook.course.aot.compile_many` compiles it for Hopper (``sm_90``) on any
+# machine, on three numbers of warps, and we count in the PTX: float adds, butterfly
 # shuffles (``shfl.sync.bfly``: a thread swaps a register with the lane whose
 # index differs in one bit), stores to and loads from shared memory, and
 # barriers (``bar.sync``: each warp waits there for the others).
@@ -445,7 +445,7 @@ report.assert_ok()
 # Floating-point addition rounds at every step, so it is not associative: the
 # same numbers in another order can give another result, and atomics land in
 # the order the programs finish.
-# :func:`tilebook.experiments.reductions.repeatability` runs each way many
+# :func:`tilebook.course.experiments.reductions.repeatability` runs each way many
 # times on one input and counts the different results (bit patterns).
 
 WAYS = {
@@ -510,7 +510,7 @@ say(
 # What contention costs
 # ---------------------
 # Atomics on one address cannot overlap: L2 applies them one at a time.
-# :func:`tilebook.experiments.reductions.contention` sums ``experiment.N``
+# :func:`tilebook.course.experiments.reductions.contention` sums ``experiment.N``
 # float32 numbers, ``experiment.BLOCK`` a program so that many programs end in
 # an atomic, and spreads the atomics over more and more addresses: the same
 # atomics, fewer programs queueing on each.  Beside them, the partial sums and
@@ -754,7 +754,7 @@ stepper
 # 1. Write a kernel that stores each row's minimum, one program per row, and
 #    check it with ``check(row_min, lambda x: x.amin(1), [(torch.randn(5, 7,
 #    device=DEVICE),), (torch.randn(3, 1000, device=DEVICE),)])`` from
-#    :mod:`tilebook.exercises`, where ``row_min(x, out)`` launches it.
+#    :mod:`tilebook.course.exercises`, where ``row_min(x, out)`` launches it.
 #
 #    .. dropdown:: Solution
 #

@@ -39,16 +39,16 @@ import torch
 import triton
 import triton.language as tl
 
-from tilebook.aot import compile_many
-from tilebook.bench import record_or_measure
-from tilebook.check import CorrectnessReport
-from tilebook.claims import Claims, speedup
-from tilebook.experiments import vector_add as experiment
+from tilebook.course.aot import compile_many
+from tilebook.course.bench import record_or_measure
+from tilebook.course.check import CorrectnessReport
+from tilebook.course.claims import Claims, speedup
+from tilebook.course.experiments import vector_add as experiment
 from tilebook.ops.vector_add import DEFAULT_CONFIG
-from tilebook.plots import plot_record
-from tilebook.prose import say
-from tilebook.tables import table
-from tilebook.widgets import SweepExplorer
+from tilebook.course.plots import plot_record
+from tilebook.course.prose import say
+from tilebook.course.tables import table
+from tilebook.course.widgets import SweepExplorer
 
 print(tilebook.banner())
 DEVICE = tilebook.device()
@@ -119,7 +119,7 @@ print("max |add(x, y) - (x + y)| =", (add(x, y) - (x + y)).abs().max().item())
 # We compare with the sum computed in float64 from the same inputs: the largest
 # absolute error and the norm-wise relative error.  The sizes are the awkward
 # ones: three elements, a prime, one past a power of two, and a large odd size.
-# :class:`tilebook.check.CorrectnessReport` raises when a case misses its
+# :class:`tilebook.course.check.CorrectnessReport` raises when a case misses its
 # tolerance, so a wrong kernel stops the build of this page.  (bfloat16 is
 # checked on a GPU only: the interpreter computes it wrongly.)
 
@@ -148,13 +148,13 @@ report.assert_ok()
 # kernels, so a kernel that moves each byte once can end up within a few
 # percent of it on either side (the claims below bound how far above).
 #
-# :mod:`tilebook.experiments.vector_add` times :func:`tilebook.vector_add` (the
+# :mod:`tilebook.course.experiments.vector_add` times :func:`tilebook.vector_add` (the
 # kernel above, launched with the package's setting: where that comes from is
 # the next section) against ``torch.add`` with ``triton.testing.do_bench``,
 # which empties the :term:`L2` cache before each call and reports the median
 # of many calls.  The two run in interleaved rounds, so the p20-p80 spread
 # includes the drift of the GPU's clocks.  On a CPU,
-# :func:`tilebook.bench.record_or_measure` shows the record committed from a GPU
+# :func:`tilebook.course.bench.record_or_measure` shows the record committed from a GPU
 # run instead, and the plot says where it was measured.
 
 sizes = record_or_measure(
@@ -275,7 +275,7 @@ regimes
 # still preparing a launch when the GPU gets to it, the GPU waits, and the wait
 # is timed too.  So at the sizes short of the largest, where tilebook may
 # trail, the experiment splits each call in two
-# (:func:`~tilebook.experiments.vector_add.host_and_gpu`): its *host* time,
+# (:func:`~tilebook.course.experiments.vector_add.host_and_gpu`): its *host* time,
 # from many calls issued back to back without waiting for the GPU, and its
 # *GPU* time, from ``triton.testing.do_bench_cudagraph``, which records the
 # calls once as a CUDA graph and replays them with no host work at all.  The
@@ -308,7 +308,7 @@ shown
 # kernel alone on the GPU, or the host's work) *explains* the gap when
 # tilebook's is longer by at least ``EXPLAINS`` of it at the *nearest ends* of
 # the two p20-p80 spreads, the ends that make the difference smallest
-# (:func:`~tilebook.experiments.vector_add.explain_gap`): a part that differs
+# (:func:`~tilebook.course.experiments.vector_add.explain_gap`): a part that differs
 # by much less than the gap cannot account for it.
 
 
@@ -456,7 +456,7 @@ verdict
 # -----------------
 # ``BLOCK_SIZE`` and ``num_warps`` decide how the work is cut: how many programs
 # there are, and how many elements each thread owns, ``BLOCK_SIZE / (32 *
-# num_warps)``.  :func:`tilebook.experiments.vector_add.launch_settings` times
+# num_warps)``.  :func:`tilebook.course.experiments.vector_add.launch_settings` times
 # a grid of both on a vector of ``2**26`` float32 elements, all settings in the
 # same interleaved rounds.  Move the sliders or click a cell: the settings
 # flagged *slow* run below ``SLOW`` of the best one, and their notes say why.
@@ -475,7 +475,7 @@ chosen = {"BLOCK_SIZE": block, "num_warps": DEFAULT_CONFIG.num_warps}
 
 # %%
 # Before explaining the slow settings, read what the compiler made of them.
-# :func:`tilebook.aot.compile_many` compiles the package's kernel (the one
+# :func:`tilebook.course.aot.compile_many` compiles the package's kernel (the one
 # timed) for Hopper (``sm_90``) on any machine: here at the package's setting, at the
 # smallest block, at the setting with the least work per thread, and at every
 # slow setting that neither of the last two explains.  ``ptxas`` reports the
@@ -714,7 +714,7 @@ final.assert_ok()
 # --------
 #
 # Each exercise that asks for a kernel ends with the line that checks it
-# (``from tilebook.exercises import check_elementwise``).
+# (``from tilebook.course.exercises import check_elementwise``).
 #
 # 1. Write ``axpy``: ``out = alpha * x + y`` with ``alpha`` a Python float
 #    passed as an ordinary (non-``constexpr``) argument.  Check it with
@@ -773,5 +773,5 @@ final.assert_ok()
 #       Four float32 or eight float16 values make 16 bytes, so
 #       ``BLOCK_SIZE / (32 * num_warps)`` must be at least four (float32) or
 #       eight (float16): with ``num_warps=4``, ``BLOCK_SIZE=512`` or
-#       ``BLOCK_SIZE=1024``.  Check it with :func:`tilebook.aot.compile_many`
+#       ``BLOCK_SIZE=1024``.  Check it with :func:`tilebook.course.aot.compile_many`
 #       and the signature ``{"x_ptr": "*fp16", ...}``.

@@ -37,7 +37,7 @@ is that kernel with this epilogue.
 # ----------
 # :mod:`tilebook` comes first: it picks the GPU or Triton's interpreter before
 # Triton loads.  ``LAYER`` is the layer we measure.  The measurements live in
-# :mod:`tilebook.experiments.linear_act`, shared with lesson 09 and the
+# :mod:`tilebook.course.experiments.linear_act`, shared with lesson 09 and the
 # benchmarks.
 
 import tilebook  # chooses GPU or interpreter before triton loads
@@ -48,17 +48,17 @@ import torch
 import triton
 import triton.language as tl
 
-from tilebook.aot import compile_many
-from tilebook.bench import record_or_measure
-from tilebook.check import CorrectnessReport
-from tilebook.claims import Claims, speedup
-from tilebook.datasheet import build_fact
-from tilebook.experiments import linear_act as experiment
+from tilebook.course.aot import compile_many
+from tilebook.course.bench import record_or_measure
+from tilebook.course.check import CorrectnessReport
+from tilebook.course.claims import Claims, speedup
+from tilebook.course.datasheet import build_fact
+from tilebook.course.experiments import linear_act as experiment
 from tilebook.ops.epilogue import HW_TANH, tanh_approx
-from tilebook.plots import plot_record
-from tilebook.prose import say
-from tilebook.tables import table
-from tilebook.widgets import SweepExplorer
+from tilebook.course.plots import plot_record
+from tilebook.course.prose import say
+from tilebook.course.tables import table
+from tilebook.course.widgets import SweepExplorer
 
 print(tilebook.banner())
 DEVICE = tilebook.device()
@@ -259,7 +259,7 @@ check("first kernel vs float64", {"fused": fused}, CASES)
 # What the activation costs in instructions
 # -----------------------------------------
 # The epilogue moves no memory, but every value of the tile goes through it.
-# :func:`tilebook.aot.compile_many` compiles the kernel for Hopper (``sm_90``)
+# :func:`tilebook.course.aot.compile_many` compiles the kernel for Hopper (``sm_90``)
 # without needing such a GPU and maps the :term:`SASS` back to the lines of Python, so we can
 # count the instructions the activation's line became, per value a thread
 # holds.  ``MUFU`` counts the kernel's calls to the special-function unit
@@ -457,7 +457,7 @@ check(
 # b))`` (cuBLAS, then PyTorch's element-wise kernel); for GELU also the first
 # kernel's erf form.  Then GELU across ``K``, with ``F.linear`` alone (the
 # product and the bias, no activation) for reference.  Each point is checked against float64, then its ways are timed in
-# interleaved rounds (:func:`tilebook.experiments.linear_act.layer_versus`).
+# interleaved rounds (:func:`tilebook.course.experiments.linear_act.layer_versus`).
 # On a CPU the committed record of a GPU run is shown instead.
 
 WAYS = {
@@ -754,7 +754,7 @@ last
 # --------
 #
 # Each exercise that asks for a kernel ends with the line that checks it
-# (``from tilebook import exercises``; ``cases = [experiment.layer(45, 37, 70,
+# (``from tilebook.course import exercises``; ``cases = [experiment.layer(45, 37, 70,
 # torch.float16, DEVICE)]``, each ``(x, w, b)``).
 #
 # 1. Add squared ReLU, :math:`\max(z, 0)^2`, as a new ``ACTIVATION`` value.

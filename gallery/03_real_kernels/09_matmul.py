@@ -43,18 +43,18 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from tilebook.aot import compile_many, instruction_table
-from tilebook.bench import compare, record_or_measure
-from tilebook.check import CorrectnessReport
-from tilebook.claims import Claims, speedup
-from tilebook.datasheet import build_fact
-from tilebook.experiments import linear_act as linear_experiment
-from tilebook.experiments import matmul as experiment
+from tilebook.course.aot import compile_many, instruction_table
+from tilebook.course.bench import compare, record_or_measure
+from tilebook.course.check import CorrectnessReport
+from tilebook.course.claims import Claims, speedup
+from tilebook.course.datasheet import build_fact
+from tilebook.course.experiments import linear_act as linear_experiment
+from tilebook.course.experiments import matmul as experiment
 from tilebook.ops import matmul as mm
 from tilebook.ops.epilogue import epilogue
-from tilebook.prose import say
-from tilebook.tables import table
-from tilebook.widgets import SweepExplorer
+from tilebook.course.prose import say
+from tilebook.course.tables import table
+from tilebook.course.widgets import SweepExplorer
 
 print(tilebook.banner())
 DEVICE = tilebook.device()
@@ -546,7 +546,7 @@ report.assert_ok()
 # %%
 # What the compiler made of it
 # ----------------------------
-# :func:`tilebook.aot.compile_many` compiles for GPUs the machine does not
+# :func:`tilebook.course.aot.compile_many` compiles for GPUs the machine does not
 # have: the lesson's kernel for Ampere (``sm_80``) and Hopper (``sm_90``),
 # and the Hopper kernel for ``sm_90``, all bf16 with 128 x 256 x 64 tiles on
 # eight warps.  ``HMMA`` is Ampere's tensor-core instruction (one warp),
@@ -585,7 +585,7 @@ print(counted)
 # with lesson 08's epilogue and a mask-free path when ``BLOCK_K`` divides
 # ``K``.  Against ``torch.matmul`` (cuBLAS) on bf16 squares and one ragged
 # shape whose odd rows rule out TMA as they stand, each checked against float64 first
-# (:func:`tilebook.experiments.matmul.versus_cublas`).  This build does not
+# (:func:`tilebook.course.experiments.matmul.versus_cublas`).  This build does not
 # autotune: :func:`~tilebook.ops.matmul.set_autotune` makes each call take the
 # first configuration that fits, and the table names it.  ``verdict`` calls two
 # timings tied when their spreads overlap.
@@ -663,7 +663,7 @@ other_paths
 # epilogue on each finished tile.  Lesson 08 could not reach a layer with ``K``
 # in the thousands; here the product is long and the activation runs while the
 # tensor cores wait.  Against the unfused pair and ``F.linear`` alone
-# (:func:`tilebook.experiments.linear_act.versus_torch`):
+# (:func:`tilebook.course.experiments.linear_act.versus_torch`):
 
 
 def layer_sweep():
@@ -727,7 +727,8 @@ claims_layer if claims_layer.items else None
 #
 # 3. Drop the ``K`` mask from both loads of ``tiled_matmul_kernel``.  Which shapes go
 #    wrong, and how?  ``check(matmul, lambda a, b: a @ b, [experiment.operands(37, 53,
-#    k, FP16, DEVICE) for k in (29, 128)])`` (``from tilebook.exercises import check``).
+#    k, FP16, DEVICE) for k in (29, 128)])``
+#    (``from tilebook.course.exercises import check``).
 #
 #    .. dropdown:: Solution
 #

@@ -37,14 +37,14 @@ import triton
 import triton.language as tl
 
 import tilebook.ops.softmax as sm
-from tilebook.bench import record_or_measure
-from tilebook.check import CorrectnessReport
-from tilebook.claims import Claims, speedup
-from tilebook.experiments import softmax as xp
-from tilebook.plots import plot_record
-from tilebook.prose import say
-from tilebook.tables import table
-from tilebook.widgets import SweepExplorer
+from tilebook.course.bench import record_or_measure
+from tilebook.course.check import CorrectnessReport
+from tilebook.course.claims import Claims, speedup
+from tilebook.course.experiments import softmax as xp
+from tilebook.course.plots import plot_record
+from tilebook.course.prose import say
+from tilebook.course.tables import table
+from tilebook.course.widgets import SweepExplorer
 
 print(tilebook.banner())
 DEVICE = tilebook.device()
@@ -148,7 +148,7 @@ report.assert_ok()
 # kernel) and the same call through ``torch.compile`` (Inductor writes a
 # Triton kernel per shape).  Each is checked against float64 before it is
 # timed, so no compile lands in a measurement, and they take turns in
-# interleaved rounds (:func:`tilebook.bench.compare`), so each spread includes
+# interleaved rounds (:func:`tilebook.course.bench.compare`), so each spread includes
 # the GPU's clock drift.  Three rows more: the kernel above, and two
 # deliberate mismatches that later sections explain.
 
@@ -704,7 +704,8 @@ SweepExplorer(
 # --------
 #
 # Each exercise that asks for a kernel ends with the line that checks it
-# (``from tilebook.exercises import check``; ``cases = [(awkward(torch.float32),)]``).
+# (``from tilebook.course.exercises import check``;
+# ``cases = [(awkward(torch.float32),)]``).
 #
 # 1. Skip the rescale: in ``softmax_online_kernel``, replace
 #    ``s = s * tl.exp(m - shift) + …`` by ``s = s + …``.  Which rows go wrong,

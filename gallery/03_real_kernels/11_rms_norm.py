@@ -35,7 +35,7 @@ The finished op is :func:`tilebook.rms_norm` (kernels, launchers and its
 # :mod:`tilebook` is imported first, so that it can choose between the GPU and
 # Triton's interpreter before Triton loads.  The measurements of this page are
 # defined once, for the lesson and for ``benchmarks/rms_norm.py``, in
-# :mod:`tilebook.experiments.rms_norm` (``exp`` below).
+# :mod:`tilebook.course.experiments.rms_norm` (``exp`` below).
 
 import tilebook
 
@@ -45,16 +45,16 @@ import torch
 import triton
 import triton.language as tl
 
-from tilebook.bench import record_or_measure
-from tilebook.check import CorrectnessReport, default_tolerance
-from tilebook.claims import Claims, speedup
-from tilebook.datasheet import fact
-from tilebook.experiments import rms_norm as exp
+from tilebook.course.bench import record_or_measure
+from tilebook.course.check import CorrectnessReport, default_tolerance
+from tilebook.course.claims import Claims, speedup
+from tilebook.course.datasheet import fact
+from tilebook.course.experiments import rms_norm as exp
 from tilebook.ops import rms_norm as package
-from tilebook.plots import plot_record
-from tilebook.prose import say
-from tilebook.tables import Table, table
-from tilebook.widgets import SweepExplorer
+from tilebook.course.plots import plot_record
+from tilebook.course.prose import say
+from tilebook.course.tables import Table, table
+from tilebook.course.widgets import SweepExplorer
 
 print(tilebook.banner())
 DEVICE, EPS, GPU = tilebook.device(), exp.EPS, tilebook.is_gpu()
@@ -251,12 +251,12 @@ def backward(dy, x, w, rstd, programs, kernel=bwd_kernel):
 # ------------
 # The reference does not use our derivation: autograd differentiates the formula
 # in float64, from the same rounded inputs
-# (:func:`~tilebook.experiments.rms_norm.reference`).  The shapes are ragged
+# (:func:`~tilebook.course.experiments.rms_norm.reference`).  The shapes are ragged
 # (rows of 7 and 1000), and every backward runs on two grids, one program per
 # row and three programs with long chains of rows: the grid changes the order of
 # the additions, never the answer.  The package's op is checked alongside,
 # bfloat16 on a GPU only (the interpreter computes it wrongly).  A relative
-# error past ``tol`` (:func:`~tilebook.check.default_tolerance`, which the table
+# error past ``tol`` (:func:`~tilebook.course.check.default_tolerance`, which the table
 # rounds to one digit) stops the build.
 
 BIG = tilebook.pick(gpu=(4096, 8192, torch.bfloat16), cpu=(64, 2048, torch.float32))
@@ -296,7 +296,7 @@ print("dw identical, bit for bit, over three runs:", same)
 # sized from the SM count: a few programs on each, each looping over many rows.
 # Here is the backward at ``H = GRID_H`` on tensors (their size in the caption)
 # far larger than the :term:`L2` cache of any GPU in the datasheet, timed in
-# interleaved rounds by :func:`~tilebook.experiments.rms_norm.kernels`:
+# interleaved rounds by :func:`~tilebook.course.experiments.rms_norm.kernels`:
 
 GRID_H = 8192
 
@@ -501,7 +501,7 @@ say(
 # ------------------------
 # Now :func:`tilebook.rms_norm` through its autograd function, as training calls
 # it, against PyTorch's own ``F.rms_norm``, forward and backward
-# (:func:`~tilebook.experiments.rms_norm.versus`).  ``benchmarks/rms_norm.py``
+# (:func:`~tilebook.course.experiments.rms_norm.versus`).  ``benchmarks/rms_norm.py``
 # adds the formula compiled by ``torch.compile``, whose compiles, one per width
 # and pass, this page's time budget cannot pay.  The bands are the p20-p80
 # spread over interleaved rounds.
@@ -691,8 +691,9 @@ say(
 # --------
 #
 # Each exercise that asks for a kernel ends with the line that checks it
-# (``from tilebook.exercises import check``; ``cases = [exp.inputs(37, 1000,
-# torch.float32, device=DEVICE)]``, each ``(x, w, dy)``).
+# (``from tilebook.course.exercises import check``;
+# ``cases = [exp.inputs(37, 1000, torch.float32, device=DEVICE)]``, each
+# ``(x, w, dy)``).
 #
 # 1. Pre-norm transformers add the residual first, ``h = x + r``, keep ``h`` and
 #    normalise it.  Fuse the addition into ``fwd_kernel`` (``h`` to ``out[0]``,

@@ -29,7 +29,7 @@ documents, autograd); kernels, launchers and tuned configurations are in
 # Setting up
 # ----------
 # :mod:`tilebook` first (it picks the GPU or the interpreter).  The measurement
-# is defined once, in :mod:`tilebook.experiments.flash_attention` (``xp``).
+# is defined once, in :mod:`tilebook.course.experiments.flash_attention` (``xp``).
 
 import tilebook
 
@@ -43,16 +43,20 @@ from torch.nn.attention import flex_attention as flex
 
 import tilebook.ops.flash_attention as fa
 from tilebook.ops import attention_hopper
-from tilebook.aot import compile_kernel, instruction_table
-from tilebook.bench import load_record, record_or_measure
-from tilebook.check import CorrectnessReport
-from tilebook.claims import Claims, speedup
-from tilebook.datasheet import fact
-from tilebook.experiments import flash_attention as xp
-from tilebook.plots import no_record_message, plot_record
-from tilebook.prose import say
-from tilebook.tables import table
-from tilebook.widgets_attention import TilingStepper, block_mask_states, tile_states
+from tilebook.course.aot import compile_kernel, instruction_table
+from tilebook.course.bench import load_record, record_or_measure
+from tilebook.course.check import CorrectnessReport
+from tilebook.course.claims import Claims, speedup
+from tilebook.course.datasheet import fact
+from tilebook.course.experiments import flash_attention as xp
+from tilebook.course.plots import no_record_message, plot_record
+from tilebook.course.prose import say
+from tilebook.course.tables import table
+from tilebook.course.widgets_attention import (
+    TilingStepper,
+    block_mask_states,
+    tile_states,
+)
 
 print(tilebook.banner())
 DEVICE, GPU, LOG2E = tilebook.device(), tilebook.is_gpu(), math.log2(math.e)

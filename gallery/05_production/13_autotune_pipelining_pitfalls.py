@@ -49,16 +49,16 @@ import torch
 import triton
 import triton.language as tl
 
-from tilebook.aot import AotError, compile_many, instruction_table
-from tilebook.bench import compare, record_or_measure
-from tilebook.check import CorrectnessReport
-from tilebook.claims import Claims, speedup
-from tilebook.datasheet import fact
-from tilebook.experiments import matmul as experiment
-from tilebook.plots import plot_record
-from tilebook.prose import say
-from tilebook.tables import table
-from tilebook.widgets_pipeline import PipelineExplorer, Pitfall
+from tilebook.course.aot import AotError, compile_many, instruction_table
+from tilebook.course.bench import compare, record_or_measure
+from tilebook.course.check import CorrectnessReport
+from tilebook.course.claims import Claims, speedup
+from tilebook.course.datasheet import fact
+from tilebook.course.experiments import matmul as experiment
+from tilebook.course.plots import plot_record
+from tilebook.course.prose import say
+from tilebook.course.tables import table
+from tilebook.course.widgets_pipeline import PipelineExplorer, Pitfall
 
 print(tilebook.banner())
 DEVICE = tilebook.device()
@@ -332,7 +332,7 @@ table(stale_rows, columns, caption=HERE)
 # while the tensor cores work on the current one; each costs a tile of ``A``
 # and of ``B`` there.
 #
-# :func:`tilebook.aot.compile_many` compiles the grid for Hopper (``sm_90``)
+# :func:`tilebook.course.aot.compile_many` compiles the grid for Hopper (``sm_90``)
 # on any machine, with a debugging kernel for the end of the page.  ``LDGSTS``
 # is an asynchronous copy into shared memory (``cp.async`` in :term:`PTX`),
 # ``DEPBAR`` the wait for one, ``LDG`` and ``STS`` a load into registers and a
@@ -620,7 +620,7 @@ broke.check("the stale BLOCK gives a wrong sum", stale["verdict"] == "wrong", go
 broke
 
 # %%
-# The widget (:class:`tilebook.widgets_pipeline.PipelineExplorer`) holds the
+# The widget (:class:`tilebook.course.widgets_pipeline.PipelineExplorer`) holds the
 # grid: measured rates with a record, else shared memory per program (lower is
 # not faster).  Turn on a pitfall: the verdict says what it got wrong above and
 # every cell turns wrong, since no ``num_warps`` or ``num_stages`` fixes that.

@@ -44,14 +44,14 @@ import triton
 import triton.language as tl
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from tilebook.aot import compile_kernel
-from tilebook.bench import load_record, record_or_measure
-from tilebook.check import CorrectnessReport
-from tilebook.claims import MIN_NOISE, Claims, speedup, within
-from tilebook.plots import plot_record
-from tilebook.prose import say
-from tilebook.tables import table
-from tilebook.widgets_decision import DecisionTree, Leaf, Question
+from tilebook.course.aot import compile_kernel
+from tilebook.course.bench import load_record, record_or_measure
+from tilebook.course.check import CorrectnessReport
+from tilebook.course.claims import MIN_NOISE, Claims, speedup, within
+from tilebook.course.plots import plot_record
+from tilebook.course.prose import say
+from tilebook.course.tables import table
+from tilebook.course.widgets_decision import DecisionTree, Leaf, Question
 
 print(tilebook.banner())
 DEVICE, GPU = tilebook.device(), tilebook.is_gpu()
@@ -378,7 +378,7 @@ say(
 # **do_bench.**  ``triton.testing.do_bench`` runs a function many times between
 # CUDA events, emptying the :term:`L2` cache before each run, and returns the
 # median (or the quantiles asked for).  The speed comparisons of lessons 07-12
-# come from it, in interleaved rounds (:func:`tilebook.bench.compare`).  It times
+# come from it, in interleaved rounds (:func:`tilebook.course.bench.compare`).  It times
 # what the GPU does *and* the gaps when the host is too slow to keep it fed: for
 # a small tensor, the Python of a launch can take longer than the kernel.
 # ``do_bench_cudagraph`` captures the function once in a CUDA graph and replays
@@ -507,7 +507,7 @@ table([{"name": k, **v} for k, v in events.items()], columns)
 # :term:`SASS`); ``MLIR_ENABLE_DUMP=1`` prints the IR after every MLIR pass
 # (``MLIR_ENABLE_DUMP=swiglu_fwd_kernel`` for one kernel); ``TRITON_CACHE_DIR``
 # is where compiled kernels land.  No GPU needed for any of it with
-# :func:`tilebook.aot.compile_kernel` (lesson 03), which compiles for Hopper
+# :func:`tilebook.course.aot.compile_kernel` (lesson 03), which compiles for Hopper
 # (``sm_90``) here too.  The exponential became ``ex2.approx`` in PTX, in fp32 for bf16
 # data:
 
@@ -524,9 +524,9 @@ print(f"{len(ex2)} ex2 lines from tl.exp, the first:", ex2[0])
 # ``torch.compile``: together, a decision tree.  Under the tree, each record
 # it reads is named with the GPU, date and commit that measured it: in a GPU
 # build, the lessons' own records of this build, and the package benchmark's
-# record committed for this GPU.  Each leaf compares
-# the choice with the alternative from one record (:func:`~tilebook.claims.speedup`:
-# a tie when the p20-p80 spreads overlap): *good* (faster), *level* or *slow*.
+# record committed for this GPU.  Each leaf compares the choice with the
+# alternative from one record (:func:`~tilebook.course.claims.speedup`: a tie when
+# the p20-p80 spreads overlap): *good* (faster), *level* or *slow*.
 # cuBLAS is CUDA C++ and hand-written assembly: it stands in for CUDA C++ of
 # your own (the course wrote none).  Attention against FlashAttention and
 # cuDNN is lesson 12's comparison (its record ``lesson12_lengths``), not in

@@ -1,12 +1,13 @@
-"""tilebook: Triton kernels and the helpers that the tilebook lessons share.
+"""tilebook: Triton kernels, and the course that teaches how they are written.
 
 Importing tilebook picks the runtime first (a CUDA GPU, or Triton's interpreter
 on the CPU; see :mod:`tilebook.runtime`), and only then imports Triton.
 
-``import tilebook`` loads the library alone: the runtime and the ops.  The course's
-tooling (aot, bench, check, claims, prose, tables, plots, widgets, ...) is imported
-the first time it is named, as ``tilebook.aot`` or ``from tilebook import aot``, so
-that a user of the ops does not pay for matplotlib or the compile tools.
+``import tilebook`` loads the library alone: the runtime, the input checks and the
+ops.  The course's tooling (aot, bench, claims, prose, tables, plots, widgets, ...)
+is the subpackage :mod:`tilebook.course`, which the lessons import by name
+(``from tilebook.course.claims import Claims``) and the library never does, so that
+a user of the ops does not pay for matplotlib or the compile tools.
 """
 
 from . import runtime  # noqa: I001  (must run before anything imports triton)
@@ -38,48 +39,6 @@ from .ops.softmax import softmax
 from .ops.vector_add import vector_add
 
 __version__ = "0.1.0"
-
-#: The course's tooling: submodules imported when first named (see :func:`__getattr__`).
-COURSE_MODULES = frozenset(
-    {
-        "aot",
-        "bench",
-        "check",
-        "claims",
-        "datasheet",
-        "display",
-        "exercises",
-        "experiments",
-        "passes",
-        "plots",
-        "prose",
-        "tables",
-        "widgets",
-        "widgets_attention",
-        "widgets_decision",
-        "widgets_dot",
-        "widgets_grid",
-        "widgets_memory",
-        "widgets_pipeline",
-        "widgets_softmax",
-        "widgets_stages",
-    }
-)
-
-
-def __getattr__(name: str):
-    # Called only for a name the module does not have yet: a course module is
-    # imported on first use, after which it is an ordinary attribute.
-    if name in COURSE_MODULES:
-        import importlib
-
-        return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | COURSE_MODULES)
-
 
 __all__ = [
     "__version__",

@@ -374,8 +374,8 @@ def forward(launch, q, k, v, o, lse, layouts, sm_scale: float, left: int, right:
 @dataclass(frozen=True)
 class Compiled:
     """The Gluon forward compiled ahead of time, readable like
-    :class:`tilebook.aot.CompiledKernel` (``stage``, ``registers``, ``shared_bytes``,
-    ``spill_stores_bytes``), so :func:`tilebook.aot.instruction_table` can list it.
+    :class:`tilebook.course.aot.CompiledKernel` (``stage``, ``registers``, ``shared_bytes``,
+    ``spill_stores_bytes``), so :func:`tilebook.course.aot.instruction_table` can list it.
 
     ``registers`` is what a thread holds at launch (``maxnreg``); ``setmaxnreg`` then
     moves registers from the producer to the consumers (:data:`CONSUMER_REGISTERS`).
@@ -402,7 +402,7 @@ class Compiled:
     @property
     def registers(self) -> int:
         """Registers a thread at launch, from the ptxas report."""
-        from ..aot.compiler import _REGISTERS
+        from ..course.aot.compiler import _REGISTERS
 
         found = _REGISTERS.search(self.ptxas_log)
         if found is None:
@@ -412,7 +412,7 @@ class Compiled:
     @property
     def spill_stores_bytes(self) -> int:
         """Bytes of register spills (stores), from the ptxas report."""
-        from ..aot.compiler import _SPILLS
+        from ..course.aot.compiler import _SPILLS
 
         return sum(int(stores) for stores, _loads in _SPILLS.findall(self.ptxas_log))
 
@@ -437,7 +437,7 @@ def compile_ahead(
         raise RuntimeError("this Triton has no Gluon (triton.experimental.gluon)")
     if os.environ.get("TRITON_INTERPRET", "0").lower() in ("", "0", "false", "off", "no"):
         return Compiled(**_compile_here(head_dim, dtype, bool(band), arch))
-    from ..aot.jobs import _child_env
+    from ..course.aot.jobs import _child_env
 
     job = json.dumps({"head_dim": head_dim, "dtype": dtype, "band": bool(band), "arch": arch})
     proc = subprocess.run(
@@ -454,7 +454,7 @@ def _compile_here(head_dim: int, dtype: str, band: bool, arch: int) -> dict:
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    from ..aot.compiler import _disassemble, _ptxas_log
+    from ..course.aot.compiler import _disassemble, _ptxas_log
 
     gdt = gl.bfloat16 if dtype == "bf16" else gl.float16
     descs = {}

@@ -340,7 +340,7 @@ _compiling = torch.compiler.is_compiling
 
 
 def compile_jobs(arch: int = 90, dtype: torch.dtype | None = None) -> dict[str, dict]:
-    """:func:`dropout_kernel` as a job of :func:`tilebook.aot.compile_many` for
+    """:func:`dropout_kernel` as a job of :func:`tilebook.course.aot.compile_many` for
     ``sm_<arch>``, configured as :func:`launch_dropout` configures it (a 64-bit seed,
     as drawn ones are)."""
     from . import targets

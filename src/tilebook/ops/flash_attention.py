@@ -1337,9 +1337,9 @@ def compile_ahead(
     arch: int = 90,
 ):
     """Compile ``"fwd"``, ``"dkdv"`` or ``"dq"`` for ``sm_<arch>`` without a GPU, as a launch
-    with ``config`` would; returns a :class:`tilebook.aot.CompiledKernel` (SASS,
+    with ``config`` would; returns a :class:`tilebook.course.aot.CompiledKernel` (SASS,
     registers, spills).  ``dtype`` is Triton's name ("bf16", "fp16")."""
-    from ..aot import compile_kernel
+    from ..course.aot import compile_kernel
 
     job = _ahead_job(kernel, config, head_dim, dtype, band, documents, arch)
     # kernel, signature and constexprs by position, as compile_kernel's callers pass them
@@ -1347,7 +1347,7 @@ def compile_ahead(
 
 
 def _ahead_job(kernel, config, head_dim, dtype, band, documents, arch) -> dict:
-    """:func:`compile_ahead`'s compile job (for :func:`tilebook.aot.compile_many`)."""
+    """:func:`compile_ahead`'s compile job (for :func:`tilebook.course.aot.compile_many`)."""
     bm, bn = config.block_m, config.block_n
 
     def desc(rows):
@@ -1387,7 +1387,7 @@ def _ahead_job(kernel, config, head_dim, dtype, band, documents, arch) -> dict:
 
 
 def compile_jobs(arch: int = 90, dtype: torch.dtype | None = None) -> dict[str, dict]:
-    """The four kernels as jobs of :func:`tilebook.aot.compile_many` for ``sm_<arch>``,
+    """The four kernels as jobs of :func:`tilebook.course.aot.compile_many` for ``sm_<arch>``,
     in the configurations :func:`pick_configs` takes there for a causal mask: head
     dim 128, and 64 below sm_80 (a T4's 64 KB of shared memory hold the D=128 tiles
     only after :func:`attention_forward` drops pipeline stages, which it does when

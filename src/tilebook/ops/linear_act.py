@@ -235,7 +235,7 @@ _compiling = torch.compiler.is_compiling
 
 
 def compile_jobs(arch: int = 90, dtype: torch.dtype | None = None) -> dict[str, dict]:
-    """:func:`act_grad_kernel` (GELU) as a job of :func:`tilebook.aot.compile_many` for
+    """:func:`act_grad_kernel` (GELU) as a job of :func:`tilebook.course.aot.compile_many` for
     ``sm_<arch>``; the products are :func:`tilebook.ops.matmul.compile_jobs`'."""
     from . import targets
 

@@ -276,9 +276,9 @@ _SMEM_RESERVE = 7 * 1024  # what the budget leaves of a block's shared memory
 
 def smem_budget_for(arch: int) -> int:
     """Bytes of operand tiles a configuration may pipeline on ``sm_<arch>``: the most
-    shared memory a block may use there (:data:`tilebook.aot.TARGETS`) less a reserve
+    shared memory a block may use there (:data:`tilebook.course.aot.TARGETS`) less a reserve
     for barriers and the epilogue (220 KB for sm_90)."""
-    from ..aot.targets import TARGETS, parse_arch
+    from ..course.aot.targets import TARGETS, parse_arch
 
     return TARGETS[parse_arch(arch)][1] - _SMEM_RESERVE
 
@@ -293,7 +293,7 @@ def _device_budget(device: torch.device) -> int:
 
 @functools.cache
 def _budget_of(index: int) -> int:
-    from ..aot.targets import TARGETS
+    from ..course.aot.targets import TARGETS
 
     major, minor = runtime.capability(index)
     if major * 10 + minor in TARGETS:
@@ -686,13 +686,13 @@ def compile_ahead(
 ):
     """Compile ``"tma"`` (:func:`matmul_tma_kernel`) or ``"pointer"`` (:func:`matmul_kernel`)
     for ``sm_<arch>`` without a GPU, as a launch with ``config`` would; returns a
-    :class:`tilebook.aot.CompiledKernel` (SASS, registers, spills).
+    :class:`tilebook.course.aot.CompiledKernel` (SASS, registers, spills).
 
     ``dtype`` is Triton's name ("bf16", "fp16", "fp32").  The pointer kernel is
     compiled for row-major operands whose sizes are multiples of 16, the common case.
     A config's ``maxnreg`` is not applied: the register count is the uncapped one.
     """
-    from ..aot import compile_kernel
+    from ..course.aot import compile_kernel
 
     job = _ahead_job(kernel, config, dtype, a_t, b_t, activation, has_bias, arch)
     # kernel, signature and constexprs by position, as compile_kernel's callers pass them
@@ -700,7 +700,7 @@ def compile_ahead(
 
 
 def _ahead_job(kernel, config, dtype, a_t, b_t, activation, has_bias, arch) -> dict:
-    """:func:`compile_ahead`'s compile job (for :func:`tilebook.aot.compile_many`)."""
+    """:func:`compile_ahead`'s compile job (for :func:`tilebook.course.aot.compile_many`)."""
     kw = config.kwargs
     bm, bn, bk = kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"]
     consts = {
@@ -751,7 +751,7 @@ def _ahead_job(kernel, config, dtype, a_t, b_t, activation, has_bias, arch) -> d
 
 def compile_jobs(arch: int = 90, dtype: torch.dtype | None = None) -> dict[str, dict]:
     """The kernels a product launches on ``sm_<arch>``, as jobs of
-    :func:`tilebook.aot.compile_many`, with the ``linear_act`` epilogue (bias and
+    :func:`tilebook.course.aot.compile_many`, with the ``linear_act`` epilogue (bias and
     GELU): the pointer kernel in the first configuration that :func:`prune_configs`
     keeps for a large product there (what :func:`set_autotune` off launches), and on
     Hopper the TMA kernel likewise.  Below sm_90 there is no TMA job: the package

@@ -629,7 +629,7 @@ _compiling = torch.compiler.is_compiling
 
 
 def compile_jobs(arch: int = 90, dtype: torch.dtype | None = None) -> dict[str, dict]:
-    """The four kernels as jobs of :func:`tilebook.aot.compile_many` for ``sm_<arch>``,
+    """The four kernels as jobs of :func:`tilebook.course.aot.compile_many` for ``sm_<arch>``,
     configured as :func:`pick_config` configures them: rows of 16384 (the widest that
     both directions take in one pass) and rows past :data:`ONLINE_THRESHOLD`."""
     from . import targets

@@ -5,9 +5,9 @@ Hopper (sm_90: an H100 or H200) one.  Every op module offers ``compile_jobs(arch
 dtype=None)``: the jobs of the kernels it would launch on ``sm_<arch>``, with the
 configurations it picks there, for a few shapes that reach each of its kernels
 (short rows and long, chunked ones, say).  The jobs are
-:func:`tilebook.aot.compile_many`'s, so that one call compiles them all::
+:func:`tilebook.course.aot.compile_many`'s, so that one call compiles them all::
 
-    from tilebook.aot import compile_many
+    from tilebook.course.aot import compile_many
     from tilebook.ops.targets import all_jobs
 
     kernels = compile_many(all_jobs(80))          # label -> CompiledKernel
@@ -87,7 +87,7 @@ def meta_tensor(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor
 
 
 def _python_function(kernel: Any):
-    from ..aot.shipping import python_function
+    from ..course.aot.shipping import python_function
 
     return python_function(kernel)
 
@@ -158,9 +158,9 @@ def recorded(body: Callable[[], object], arch: int, where: str) -> dict[str, dic
 
 def all_jobs(arch: int, dtype: torch.dtype | None = None) -> dict[str, dict]:
     """Every op module's ``compile_jobs(arch, dtype)``, labels prefixed by the module:
-    the whole package for :func:`tilebook.aot.compile_many`.  A new module under
+    the whole package for :func:`tilebook.course.aot.compile_many`.  A new module under
     :mod:`tilebook.ops` with a ``compile_jobs`` function joins by itself."""
-    from ..aot import parse_arch
+    from ..course.aot import parse_arch
 
     arch = parse_arch(arch)
     from .. import ops

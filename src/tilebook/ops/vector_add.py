@@ -158,7 +158,7 @@ _compiling = torch.compiler.is_compiling
 
 def compile_jobs(arch: int = 90, dtype: torch.dtype | None = None) -> dict[str, dict]:
     """:func:`add_kernel` with its default configuration, as a job of
-    :func:`tilebook.aot.compile_many` for ``sm_<arch>`` (see :mod:`tilebook.ops.targets`)."""
+    :func:`tilebook.course.aot.compile_many` for ``sm_<arch>`` (see :mod:`tilebook.ops.targets`)."""
     from . import targets
 
     x = targets.meta_tensor(1 << 24, dtype=dtype or targets.default_dtype(arch))

@@ -14,12 +14,12 @@ each piece is defined once here:
   that predicts for :func:`strides`;
 * :func:`specialization` says what Triton learns from a launch's arguments (which
   integers are 1, which are divisible by 16), in the form
-  :func:`tilebook.aot.compile_kernel` takes, so that a lesson can compile exactly
+  :func:`tilebook.course.aot.compile_kernel` takes, so that a lesson can compile exactly
   what a launch on a given view would run.
 
 The model and the launchers run anywhere (the launchers under Triton's
 interpreter on a CPU); :func:`strides` and :func:`views` time on a GPU only,
-like every measurement of :mod:`tilebook.experiments`.  Both check what they
+like every measurement of :mod:`tilebook.course.experiments`.  Both check what they
 time first (bit for bit: a copy and a multiplication by two are exact).
 """
 
@@ -34,9 +34,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import runtime
+from ... import runtime
+from ...validation import check_same_device, check_tensor
 from ..bench import compare
-from ..validation import check_same_device, check_tensor
 
 __all__ = [
     "BLOCK",
@@ -234,8 +234,8 @@ def specialization(
     to 1 become compile-time constants, as Triton makes them, and other
     integers ``"i32"`` (divisible by 16 when they are); floats ``"fp32"``.
     Returns ``{"signature", "constexprs", "divisible_by_16"}`` for
-    :func:`tilebook.aot.compile_kernel` or a job of
-    :func:`tilebook.aot.compile_many`.  Meta tensors (``device="meta"``) stand in
+    :func:`tilebook.course.aot.compile_kernel` or a job of
+    :func:`tilebook.course.aot.compile_many`.  Meta tensors (``device="meta"``) stand in
     for large ones: their addresses count from zero.  Arguments named in
     ``do_not_specialize`` are compiled as Triton's ``@triton.jit(do_not_specialize=...)``
     compiles them: as plain ``"i32"``, with nothing known of their value.
@@ -449,7 +449,7 @@ def strides(
     stride: ``stride``, ``n``, ``dtype``, ``itemsize`` and the timing fields.
     GB/s count the bytes the copy needs, ``n`` elements read and ``n``
     written, whatever the stride: what the stride wastes shows as a lower
-    rate.  ``timing`` goes to :func:`tilebook.bench.compare`.
+    rate.  ``timing`` goes to :func:`tilebook.course.bench.compare`.
     """
     strides = list(strides)
     if not strides or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in strides):

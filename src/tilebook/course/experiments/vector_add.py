@@ -13,10 +13,10 @@ Two measurements, each defined once here:
   keeps the package's configuration honest).
 
 Each function checks what it times against a float64 reference first, then
-times the implementations in interleaved rounds (:func:`tilebook.bench.compare`)
+times the implementations in interleaved rounds (:func:`tilebook.course.bench.compare`)
 so that their spread includes the drift of the GPU's clocks.  GB/s count the
 bytes that must move: both inputs read once and the output written once,
-``3 * n`` elements.  GPU only, like every module of :mod:`tilebook.experiments`.
+``3 * n`` elements.  GPU only, like every module of :mod:`tilebook.course.experiments`.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from typing import Any
 import torch
 import triton
 
+from ...ops.vector_add import vector_add
 from ..bench import compare, host_us
 from ..check import default_tolerance
-from ..ops.vector_add import vector_add
 
 __all__ = [
     "BLOCKS",
@@ -115,7 +115,7 @@ def _launcher(a, b, out, block: int, warps: int):
 
 
 def _quantiles(values: Sequence[float]) -> tuple[float, float, float]:
-    """Median, 20th and 80th percentile, as :func:`tilebook.bench.measure_interleaved`
+    """Median, 20th and 80th percentile, as :func:`tilebook.course.bench.measure_interleaved`
     takes them over its rounds."""
     q = torch.quantile(
         torch.tensor(values, dtype=torch.float64),
@@ -266,7 +266,7 @@ def sizes(
     """``tilebook`` against ``torch.add`` at ``n = 2**e`` for each exponent ``e``.
 
     One row per (size, implementation): ``n``, ``log2n``, ``dtype``, ``impl`` and
-    the timing fields.  ``timing`` goes to :func:`tilebook.bench.compare`
+    the timing fields.  ``timing`` goes to :func:`tilebook.course.bench.compare`
     (``rounds``, ``warmup``, ``rep``).  At the exponents in ``split`` the rows
     also hold the host and GPU times of :func:`host_and_gpu`, taken in as many
     rounds.

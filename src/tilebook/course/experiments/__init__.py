@@ -3,11 +3,11 @@
 A lesson and ``benchmarks/`` often time the same thing (``tilebook.vector_add``
 against ``torch.add`` over sizes, say).  Each such measurement lives here, one
 module per kernel, as a function that checks what it times and returns rows
-for a :class:`tilebook.bench.Record`::
+for a :class:`tilebook.course.bench.Record`::
 
-    rows = tilebook.experiments.vector_add.sizes(exponents=range(12, 29))
+    rows = tilebook.course.experiments.vector_add.sizes(exponents=range(12, 29))
 
-A lesson wraps it in :func:`tilebook.bench.record_or_measure` (live on a GPU,
+A lesson wraps it in :func:`tilebook.course.bench.record_or_measure` (live on a GPU,
 the committed record elsewhere) with settings that fit its time budget;
 ``benchmarks/<kernel>.py`` calls the same function with more rounds and the
 sizes of its targets.  Functions here run on a GPU only: they are called from

@@ -9,7 +9,7 @@ of their own (``TRITON_CACHE_DIR``), with ``TRITON_KERNEL_DUMP=1`` writing
 each stage into ``TRITON_DUMP_DIR`` too.  For each compile it returns::
 
     t = compile_with_passes({"sm_90": {"arch": 90}}, kernel=k, signature=sig)["sm_90"]
-    t.kernel                     # the CompiledKernel of tilebook.aot: every stage
+    t.kernel                     # the CompiledKernel of tilebook.course.aot: every stage
     t.passes.changed("ttgir")    # the passes that changed the kernel on the way to TTGIR
     t.passes.diff("tritongpu-coalesce")   # what one of them changed
     t.front_end                  # the TTIR that Triton's code generator wrote
@@ -38,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from . import runtime
+from .. import runtime
 from .aot import AotError, CompiledKernel
 from .aot.lines import mlir_line_map
 from .aot.shipping import kernel_ref, load_kernel
@@ -239,7 +239,7 @@ class Traced:
     Attributes
     ----------
     kernel : CompiledKernel
-        Every stage, its source lines and resources (see :mod:`tilebook.aot`).
+        Every stage, its source lines and resources (see :mod:`tilebook.course.aot`).
     passes : PassLog
         The MLIR passes that ran, in order.
     front_end : str
@@ -284,7 +284,7 @@ def _check_job(label: str, job: Mapping[str, Any]) -> None:
 
 def _child_env(tmp: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    src = str(Path(__file__).resolve().parents[1])  # the directory holding tilebook/
+    src = str(Path(__file__).resolve().parents[2])  # the directory holding tilebook/
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
     env.update(
         {
@@ -353,7 +353,7 @@ def _run_child(jobs: list[dict[str, Any]], timeout: float) -> list[dict[str, Any
         tmp = Path(name)
         payload, result = tmp / "jobs.pickle", tmp / "results.json"
         payload.write_bytes(pickle.dumps({"sys_path": sys.path, "jobs": jobs}))
-        code = "from tilebook.passes import _child_main; _child_main()"
+        code = "from tilebook.course.passes import _child_main; _child_main()"
         try:
             proc = subprocess.run(
                 [sys.executable, "-c", code, str(payload), str(result)],
@@ -398,7 +398,7 @@ def compile_with_passes(
     Parameters
     ----------
     jobs : mapping of label to dict
-        Each job gives the arguments of :func:`tilebook.aot.compile_kernel`
+        Each job gives the arguments of :func:`tilebook.course.aot.compile_kernel`
         that it changes (``kernel``, ``signature``, ``constexprs``, ``arch``,
         ``num_warps``, ``num_stages``, ``divisible_by_16``, ``options``);
         ``common`` gives the rest.

@@ -142,7 +142,7 @@ class CompiledKernel:
         """How many instructions each of ``names`` matches, by whole words.
 
         ``k.instructions("HMMA", "HGMMA")`` on an ``sm_90`` matmul gives
-        ``{"HMMA": 0, "HGMMA": 4}``; see :func:`tilebook.aot.count_opcodes`.
+        ``{"HMMA": 0, "HGMMA": 4}``; see :func:`tilebook.course.aot.count_opcodes`.
         """
         if not names:
             raise ValueError("name at least one instruction, e.g. k.instructions('HMMA')")

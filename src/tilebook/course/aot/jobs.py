@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from .. import runtime
+from ... import runtime
 from .compiler import AotError, compile_here
 from .kernel import CompiledKernel
 from .shipping import jit_function, kernel_ref, load_kernel, python_function, resolve_spec
@@ -135,7 +135,7 @@ def _run_here(job: dict[str, Any]) -> dict[str, Any]:
 def _child_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env[runtime.MODE_ENV] = "aot"
-    src = str(Path(__file__).resolve().parents[2])  # the directory holding tilebook/
+    src = str(Path(__file__).resolve().parents[3])  # the directory holding tilebook/
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
     return env
 
@@ -162,7 +162,7 @@ def _run_children(jobs: list[dict[str, Any]], workers: int, timeout: float) -> l
                     }
                 return
             payload.write_bytes(data)
-            code = "from tilebook.aot.jobs import _child_main; _child_main()"
+            code = "from tilebook.course.aot.jobs import _child_main; _child_main()"
             try:
                 proc = subprocess.run(
                     [sys.executable, "-c", code, str(payload), str(result)],
@@ -352,7 +352,7 @@ def compile_kernel(
         does for an integer argument equal to 1.
     arch : int or str
         Target GPU: ``75`` or ``"sm_75"`` (T4), ``80`` (A100), ``89`` (L4),
-        ``90`` (H100, H200); see :data:`tilebook.aot.TARGETS`.
+        ``90`` (H100, H200); see :data:`tilebook.course.aot.TARGETS`.
     num_warps, num_stages : int
         Launch options, as in ``kernel[grid](..., num_warps=8, num_stages=4)``.
     divisible_by_16 : list of str, optional

@@ -40,7 +40,7 @@ var verdict=el("div","tbw-verdict");var note=el("div","tbw-note");var tab=el("di
   function(p){var s=el("span");var sw=el("span","tbw-sw");sw.style.background=p[0];
   s.appendChild(sw);s.appendChild(document.createTextNode(p[1]));legend.appendChild(s)});
 body.appendChild(el("div","tbw-caption","Computed in float64 by "+
-  "tilebook.widgets_softmax.online_steps; the same recurrence as the lesson's kernel."));
+  "tilebook.course.widgets_softmax.online_steps; the same recurrence as the lesson's kernel."));
 function find(){return data.settings.find(function(r){return r.knobs.row===state.row&&
   String(r.knobs.block)===String(state.block)&&r.knobs.rescale===state.rescale})}
 function draw(r,xs,k){

@@ -1,6 +1,6 @@
 """Plots in one house style, drawn only from measured records.
 
-:func:`plot_record` draws a :class:`tilebook.bench.Record`, live or committed,
+:func:`plot_record` draws a :class:`tilebook.course.bench.Record`, live or committed,
 and writes its provenance into the figure itself ("measured live on …" or
 "recorded on …"), so a screenshot of the plot still says where the numbers came
 from.  Given no record it draws nothing and says so in text.
@@ -17,7 +17,7 @@ from typing import Any
 import matplotlib
 
 # Headless builds and scripts draw off-screen (a script's figures go on its page,
-# see tilebook.display).  A notebook keeps the backend its kernel chose, or its
+# see tilebook.course.display).  A notebook keeps the backend its kernel chose, or its
 # plots would not show; so does anyone who chose one with MPLBACKEND.
 if "ipykernel" not in sys.modules and not os.environ.get("MPLBACKEND"):
     matplotlib.use("Agg")
@@ -231,7 +231,7 @@ def caption_figure(fig, text: str):
     :func:`plot_record` writes a record's provenance, and make room for it.
 
     For a figure a lesson draws itself; ``text`` is a record's
-    :meth:`~tilebook.bench.Record.caption` or :func:`run_caption`.  Returns ``fig``.
+    :meth:`~tilebook.course.bench.Record.caption` or :func:`run_caption`.  Returns ``fig``.
     """
     if not isinstance(text, str) or not text.strip():
         raise ValueError("caption_figure() needs the text that says where the data came from")

@@ -22,7 +22,7 @@ page shows.  Two measurements:
   is not associative: the order in which atomics land changes the rounding.
 
 Both check every result against a float64 sum first.  GPU only, like every
-module of :mod:`tilebook.experiments`: on a CPU, Triton's interpreter runs the
+module of :mod:`tilebook.course.experiments`: on a CPU, Triton's interpreter runs the
 programs one after another in a fixed order, so there is no contention to
 time and no order to vary.
 """
@@ -137,7 +137,7 @@ def contention(
     address; 0 where none), ``n``, ``block`` and the timing fields, GB/s
     counting the ``4 * n`` bytes read.  The input is ``inputs(n, exact=True)``,
     so every way must return the exact sum.  ``timing`` goes to
-    :func:`tilebook.bench.compare`.
+    :func:`tilebook.course.bench.compare`.
     """
     x = inputs(n, exact=True)
     want = x.double().sum().item()

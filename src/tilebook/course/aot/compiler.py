@@ -1,7 +1,7 @@
 """Compile one kernel in this process with Triton and read everything it produced.
 
 This runs where kernels are real ``JITFunction`` objects: on a GPU machine, or
-in a child process with ``TILEBOOK_MODE=aot`` (see :mod:`tilebook.aot.jobs`).
+in a child process with ``TILEBOOK_MODE=aot`` (see :mod:`tilebook.course.aot.jobs`).
 It needs no GPU: Triton compiles for the target it is given.
 """
 
@@ -257,7 +257,7 @@ def _sass_lines_without_asm_locs(
 
     ``ptxas`` reads its line table from the PTX's ``.loc`` lines, so where
     LLVM numbered the lines of an inline-asm block on from the block's own
-    line (see :func:`tilebook.aot.lines.without_inline_asm_locs`), the SASS of
+    line (see :func:`tilebook.course.aot.lines.without_inline_asm_locs`), the SASS of
     a vector load names the Python lines after the load.  The PTX without
     those ``.loc`` lines goes through the backend's ``make_cubin`` (same
     ``ptxas``, same flags); its line table is used when its instructions are

@@ -2,12 +2,12 @@
 
 :class:`CoalescingExplorer` shows the 32-byte sectors that one warp's load
 touches for a stride, a dtype and the elements each thread owns, computed by
-:func:`tilebook.experiments.memory_access.warp_access`, with the fraction of
+:func:`tilebook.course.experiments.memory_access.warp_access`, with the fraction of
 the fetched bytes the program asked for.  The warp's tile runs past the end of
 the tensor, so that switching the mask off shows the reads past the end (a
 wrong setting); a stride that wastes most of each sector is flagged as slow.
 Where a measured record of the stride sweep is given
-(:func:`tilebook.experiments.memory_access.strides`), each stride of its dtype
+(:func:`tilebook.course.experiments.memory_access.strides`), each stride of its dtype
 also shows the measured rate beside the model's prediction.
 """
 
@@ -36,7 +36,7 @@ class CoalescingExplorer(Widget):
     Parameters
     ----------
     measured
-        A record of :func:`tilebook.experiments.memory_access.strides` (live or
+        A record of :func:`tilebook.course.experiments.memory_access.strides` (live or
         committed), or None.  Rows of its dtype then show the measured rate of
         each stride, as a fraction of stride 1, beside the model's prediction.
     strides, dtypes, per_thread
@@ -241,7 +241,7 @@ class CoalescingExplorer(Widget):
             "sector": SECTOR_BYTES,
             "caption": (
                 f"Sectors of {SECTOR_BYTES} bytes computed by "
-                "tilebook.experiments.memory_access.warp_access; the tensor ends "
+                "tilebook.course.experiments.memory_access.warp_access; the tensor ends "
                 f"{self.tail:.0%} of the way through the warp's tile; {where}"
             ),
         }

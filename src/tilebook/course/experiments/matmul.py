@@ -31,7 +31,7 @@ def operands(m: int, n: int, k: int, dtype=torch.bfloat16, device="cuda"):
 
 
 def _picked(m: int, n: int, k: int) -> str:
-    from ..ops.matmul import picked_configs
+    from ...ops.matmul import picked_configs
 
     found = [p for p in picked_configs() if (p["M"], p["N"], p["K"]) == (m, n, k)]
     return f"{found[-1]['kernel']} {found[-1]['config']}" if found else "unknown"

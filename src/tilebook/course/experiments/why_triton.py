@@ -128,7 +128,7 @@ def fusion(
 
     ``eager(x, y)`` returns a new tensor; ``fused(x, y, out)`` writes ``out``.
     Each is checked against ``eager`` in float64 first, then all three are
-    timed in the same interleaved rounds (:func:`tilebook.bench.compare`;
+    timed in the same interleaved rounds (:func:`tilebook.course.bench.compare`;
     ``timing`` goes there).  One row per (length, implementation): ``n``,
     ``log2n``, ``impl`` (``"eager"``, ``"Triton"``, ``"torch.compile"``),
     ``traffic`` (bytes moved: counted by :func:`traffic` for eager, the least

@@ -1,14 +1,14 @@
 """Datasheet facts: the figures a lesson may state without measuring them.
 
 A lesson never types a number into its prose.  A measured figure comes from the
-data of the same build (:mod:`tilebook.prose`); a figure that the hardware's
+data of the same build (:mod:`tilebook.course.prose`); a figure that the hardware's
 maker publishes (a GPU's memory bandwidth, its SM count, the register limit of a
 thread) comes from this table, which names its source.
 
 Facts are kept per GPU.  Keys are ``<gpu>.<name>`` (``h200.memory_bandwidth``) for a
 named GPU's figure, and ``gpu.<name>`` for **the GPU that builds the page**: on a
 GPU, the device this process runs on (:func:`build_gpu`); on a CPU, the GPU whose
-committed records the page shows (:func:`tilebook.bench.shown_records_gpu`).  A
+committed records the page shows (:func:`tilebook.course.bench.shown_records_gpu`).  A
 page built on an H200 thus states the H200's bandwidth beside the H200's measured
 copy, and one built on an A100 the A100's.  In a lesson's text the role
 ``:datasheet:`gpu.memory_bandwidth``` renders the value with its unit and links to
@@ -326,9 +326,9 @@ def build_gpu() -> Gpu | None:
     """The GPU this page speaks for, or None where the datasheet has no row for it.
 
     On a GPU, the device this process runs on; on a CPU, the GPU whose committed
-    records the page shows (:func:`tilebook.bench.shown_records_gpu`).
+    records the page shows (:func:`tilebook.course.bench.shown_records_gpu`).
     """
-    from . import runtime
+    from .. import runtime
 
     if runtime.is_gpu():
         import torch
@@ -387,7 +387,7 @@ def build_fact(name: str, fallback: str = "h200") -> Fact:
 def build_gpu_name() -> str | None:
     """The name of the GPU this page speaks for, as CUDA reports it (``"NVIDIA
     H200"``): the device on a GPU, the GPU of the shown records on a CPU."""
-    from . import runtime
+    from .. import runtime
 
     if runtime.is_gpu():
         import torch

@@ -3,7 +3,7 @@
 Every measurement here builds one layer ``act(x @ w.T + b)`` of ``M`` tokens,
 ``K`` inputs and ``N`` outputs, checks each implementation against float64
 (on the first rows, enough to catch a wrong tile), then times them against
-each other in interleaved rounds (:func:`tilebook.bench.compare`)::
+each other in interleaved rounds (:func:`tilebook.course.bench.compare`)::
 
     rows = layer_versus(16384, 4096, 128, "gelu",
                         {"fused": my_fused, "unfused, PyTorch": unfused_torch},

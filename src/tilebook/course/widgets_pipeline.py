@@ -1,8 +1,8 @@
 """The warps x stages grid of lesson 13: what the compiler made of each setting.
 
-:class:`PipelineExplorer` is a :class:`tilebook.widgets.SweepExplorer` over
+:class:`PipelineExplorer` is a :class:`tilebook.course.widgets.SweepExplorer` over
 ``num_warps`` x ``num_stages`` of one kernel, built from ahead-of-time compiles
-(:func:`tilebook.aot.compile_many`), so it works on any machine.  Each cell
+(:func:`tilebook.course.aot.compile_many`), so it works on any machine.  Each cell
 holds a setting's registers, spills and shared memory; a setting that spills is
 explained in its own row, one the compiler refused (its pipeline does not fit
 in shared memory) is shown as *refused*, with no value.  Without a timing record the grid shows
@@ -154,7 +154,7 @@ def pipeline_rows(
     """One row per ``(warps, stages)``: compiled facts, a note, and the rate if timed.
 
     ``refused`` maps a setting the compiler refused to the bytes of shared
-    memory it said the setting needs.  ``record`` (a :class:`tilebook.bench.Record`
+    memory it said the setting needs.  ``record`` (a :class:`tilebook.course.bench.Record`
     or None) must hold one row per compiled setting.
     """
     if not compiled:
@@ -202,12 +202,12 @@ class PipelineExplorer(SweepExplorer):
     ----------
     compiled
         ``{(num_warps, num_stages): CompiledKernel}`` from
-        :func:`tilebook.aot.compile_many`.
+        :func:`tilebook.course.aot.compile_many`.
     refused
         ``{(num_warps, num_stages): shared bytes needed}`` for settings the
         compiler refused; they are flagged and shown as refused, with no value.
     record
-        A :class:`tilebook.bench.Record` timing the compiled settings (rows with
+        A :class:`tilebook.course.bench.Record` timing the compiled settings (rows with
         ``warps``, ``stages``, ``tflops``), or None on a machine without one.
     source
         Where the compiled figures come from, the caption when there is no record.

@@ -8,8 +8,8 @@ kernel on the way to it.  A build can be flagged as wrong (it computes a wrong
 result) or as costly (what the compiled code shows, such as narrower loads),
 with the reason, which the widget shows when that build is chosen.
 
-Built from :func:`tilebook.passes.compile_with_passes` (every stage, the front
-end's TTIR and the passes) or from :func:`tilebook.aot.compile_many` (every
+Built from :func:`tilebook.course.passes.compile_with_passes` (every stage, the front
+end's TTIR and the passes) or from :func:`tilebook.course.aot.compile_many` (every
 stage, no passes)::
 
     StageViewer(builds, caption="compiled ahead of time", line="tl.load(x_ptr",
@@ -137,8 +137,8 @@ class StageViewer(Widget):
     ----------
     builds
         ``{label: build}`` in the order the reader should meet them; each build
-        a :class:`tilebook.passes.Traced` (stages, front end and passes) or a
-        :class:`tilebook.aot.CompiledKernel` (stages only).
+        a :class:`tilebook.course.passes.Traced` (stages, front end and passes) or a
+        :class:`tilebook.course.aot.CompiledKernel` (stages only).
     caption
         Where the text comes from (Triton version, compiled ahead of time...).
     title

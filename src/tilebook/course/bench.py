@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from . import runtime
+from .. import runtime
 
 __all__ = [
     "MEASURED_KEYS",
@@ -56,7 +56,7 @@ __all__ = [
 
 #: Committed GPU records, shipped with the package so downloaded lessons find them:
 #: one folder per GPU kind (``records/h200/``, ``records/h100/``; the kind is
-#: :func:`tilebook.datasheet.gpu_kind` of the GPU that measured them).
+#: :func:`tilebook.course.datasheet.gpu_kind` of the GPU that measured them).
 RECORDS_ROOT = Path(__file__).parent / "records"
 #: ``TILEBOOK_RECORDS_GPU=h100`` makes a CPU build show that kind's records instead of
 #: the newest complete set.
@@ -119,7 +119,7 @@ def _require_gpu(what: str) -> None:
     if not runtime.is_gpu():
         raise RuntimeError(
             f"{what} needs a CUDA GPU (tilebook is in {runtime.get_runtime().mode} mode); "
-            "on a CPU, plot a committed record with tilebook.bench.load_record instead"
+            "on a CPU, plot a committed record with tilebook.course.bench.load_record instead"
         )
 
 
@@ -201,7 +201,7 @@ def compare(
 
     Each row is ``{**fields, "impl": name, **measurement}``, ready for a
     :class:`Record`; its ``p20_ms``/``p80_ms`` spread is taken across the rounds,
-    so it includes the drift that :mod:`tilebook.claims` must not mistake for a
+    so it includes the drift that :mod:`tilebook.course.claims` must not mistake for a
     difference.  The defaults (fewer and shorter rounds than
     :func:`measure_interleaved`'s) keep a lesson inside its time budget;
     ``benchmarks/`` passes more.
@@ -301,7 +301,7 @@ def benchmark_header() -> dict[str, Any] | None:
     """How every script of ``benchmarks/`` starts: print tilebook's banner and, on a
     GPU, one line naming it (SMs, versions, the copy ceiling); return the
     :func:`provenance`, or None (after saying so) where there is no GPU to measure."""
-    from . import banner
+    from .. import banner
 
     print(banner(), flush=True)
     if not runtime.is_gpu():

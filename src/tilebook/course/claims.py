@@ -17,7 +17,7 @@ reader, marked as contradicted (never silently published either way).
 Differences inside the measured spread are not differences: :func:`speedup`
 calls two timings *tied* when their 20th-80th percentile intervals overlap, so
 a claim of "faster" holds only beyond the noise.  Time what you compare in
-interleaved rounds (:func:`tilebook.bench.measure_interleaved`); then the
+interleaved rounds (:func:`tilebook.course.bench.measure_interleaved`); then the
 spread includes the drift of the GPU's clocks.
 """
 

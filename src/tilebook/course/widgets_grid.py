@@ -15,7 +15,7 @@ test can check it and a lesson can check it against a kernel's own output;
 the JavaScript only draws the row the knobs select.  :func:`ownership_figure`
 draws what a kernel itself reported: a tensor in which each program stored
 its id over the elements it owns.  The widgets follow
-:class:`tilebook.widgets.Widget`: self-contained HTML, native inputs with
+:class:`tilebook.course.widgets.Widget`: self-contained HTML, native inputs with
 labels, colours from the page's theme, and a root ``data-value`` that changes
 when a knob turns.
 """

@@ -1,18 +1,18 @@
 """Softmax measurements shared by lesson 10 and ``benchmarks/softmax.py``.
 
 Every function here checks what it times against a float64 reference (norm-wise
-relative error within :func:`tilebook.check.default_tolerance` of the dtype)
+relative error within :func:`tilebook.course.check.default_tolerance` of the dtype)
 before timing it, and times the implementations it compares in interleaved
-rounds (:func:`tilebook.bench.compare`), so that their spread includes the
+rounds (:func:`tilebook.course.bench.compare`), so that their spread includes the
 drift of the GPU's clocks.  Rows carry ``kernel`` (``"forward"`` or
 ``"backward"``), ``n`` (columns), ``rows``, ``shape``, ``dtype``, ``impl`` and
-the timing fields of :meth:`tilebook.bench.Measurement.as_row`; GB/s count each
+the timing fields of :meth:`tilebook.course.bench.Measurement.as_row`; GB/s count each
 input read once and each output written once.
 
 The baselines are ``torch.softmax`` (PyTorch's fused CUDA kernel), the same call
 through ``torch.compile`` (Inductor writes a Triton kernel for each shape) and,
 for the backward, ``torch.ops.aten._softmax_backward_data``, the kernel autograd
-calls.  GPU only, like every module of :mod:`tilebook.experiments`.
+calls.  GPU only, like every module of :mod:`tilebook.course.experiments`.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from typing import Any
 import torch
 import triton
 
+from ...ops import softmax as sm
 from ..bench import compare
 from ..check import default_tolerance
-from ..ops import softmax as sm
 
 __all__ = [
     "DTYPE",
@@ -68,7 +68,7 @@ def inputs(m: int, n: int, dtype: torch.dtype = DTYPE) -> tuple[torch.Tensor, to
 def check(name: str, out: torch.Tensor, ref: torch.Tensor) -> None:
     """Raise unless ``||out - ref|| / ||ref||`` is within the tolerance of ``out``'s dtype.
 
-    Norm-wise, as :mod:`tilebook.check` measures: element-wise tests fail correct
+    Norm-wise, as :mod:`tilebook.course.check` measures: element-wise tests fail correct
     bfloat16 results (torch's own too) wherever an entry cancels to nearly zero.
     """
     err = ((out.double() - ref).norm() / ref.norm()).item()
@@ -124,8 +124,8 @@ def forward(
     """Time the forward: ``tilebook``, ``torch``, ``torch.compile`` and ``extra``.
 
     ``extra(x)`` returns more implementations to time on the input ``x``, by
-    name (none where it has nothing for this shape).  ``timing`` goes to :func:`tilebook.bench.compare` (rounds,
-    warmup, rep).
+    name (none where it has nothing for this shape).  ``timing`` goes to
+    :func:`tilebook.course.bench.compare` (rounds, warmup, rep).
     """
     rows: list[dict[str, Any]] = []
     for m, n in shapes:

@@ -6,7 +6,7 @@ a little CSS and a little JavaScript.  sphinx-gallery puts that HTML into the
 lesson page, and Jupyter shows it in a notebook, with the same code.  The data
 are measurements (live or from a committed record), never made-up numbers.
 
-The CSS and JavaScript are files of ``tilebook/widgets_static/``, shipped with
+The CSS and JavaScript are files of ``tilebook/course/widgets_static/``, shipped with
 the package and read once (:func:`asset`); the page carries them inline, so it
 still needs nothing beyond itself.
 """

@@ -16,15 +16,15 @@ times the forward (its five products); window and document rows count the
 (``"forward"`` or ``"backward"``), ``mask`` (``"full"``, ``"causal"``,
 ``"window"`` or ``"documents"``), ``n``, ``batch``, ``heads``, ``d``,
 ``shape``, ``dtype``, ``impl`` and the timing fields of
-:meth:`tilebook.bench.Measurement.as_row` with ``flops`` and ``tflops``.
+:meth:`tilebook.course.bench.Measurement.as_row` with ``flops`` and ``tflops``.
 
 What is checked, before anything is timed.  The cuDNN output against float64
 on sampled query rows; every other output against cuDNN's; every gradient
 against cuDNN's (norm-wise relative error within :data:`TOL`).  For windows and
 documents, tilebook's output and gradients against FlexAttention's with the
 same mask.  The implementations of one row are timed in interleaved rounds
-(:func:`tilebook.bench.compare`).  GPU only, like every module of
-:mod:`tilebook.experiments`.
+(:func:`tilebook.course.bench.compare`).  GPU only, like every module of
+:mod:`tilebook.course.experiments`.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from typing import Any
 
 import torch
 
+from ...ops import flash_attention as fa
 from ..bench import Record, compare, host_us
 from ..claims import speedup
-from ..ops import flash_attention as fa
 
 __all__ = [
     "DTYPE",
@@ -232,7 +232,7 @@ def versus(
     ``extra`` maps more names to ``fn(q, k, v, causal)``: forward-only
     implementations (a lesson's kernel), checked and timed with the forward.
     ``host`` adds tilebook's host time per forward call (``host_us``).
-    ``timing`` goes to :func:`tilebook.bench.compare` (rounds, warmup, rep).
+    ``timing`` goes to :func:`tilebook.course.bench.compare` (rounds, warmup, rep).
     """
     unknown = set(impls) - set(IMPLS)
     if unknown or "sdpa_cudnn" not in impls:
@@ -384,7 +384,7 @@ def verdicts(rec: Record, a: str, b: str, name: str = "", **where: Any) -> str:
 
     ``"faster than cuDNN at 1024 and 4096; level with it at 16384"``, or without a
     name ``"faster at 1024 and 4096; level at 16384"``: faster or slower only
-    beyond the p20-p80 spread (:func:`tilebook.claims.speedup`).
+    beyond the p20-p80 spread (:func:`tilebook.course.claims.speedup`).
     """
     found: dict[str, list[str]] = {}
     for n in rec.values("n", impl=a, **where):
@@ -435,7 +435,7 @@ def against(
     """``a`` against ``baseline`` at every (kernel, shape) of ``rec`` where both were
     timed: ``ratio`` (the baseline's median time over ``a``'s), ``low``/``high`` across
     the p20-p80 spreads, and ``verdict`` (faster, slower or level, beyond the spread,
-    :func:`tilebook.claims.speedup`).  Reads the package benchmark's record
+    :func:`tilebook.course.claims.speedup`).  Reads the package benchmark's record
     (``kernel`` like ``attn_fwd_window``) as well as a lesson's.
 
     At the shape ``at`` (``"4x16x4096x128"``, where :data:`TARGETS` are set), a row of

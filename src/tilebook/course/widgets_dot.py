@@ -9,7 +9,7 @@ does not compile or computes a wrong answer is flagged *wrong*, one that
 leaves the tensor cores idle *slow*, each with the reason that belongs to that
 row.  Every figure is computed in Python (a test can read :meth:`DotExplorer.data`);
 the JavaScript only draws the selected row.  Like every
-:class:`tilebook.widgets.Widget`: self-contained HTML, native radio buttons with
+:class:`tilebook.course.widgets.Widget`: self-contained HTML, native radio buttons with
 labels (keyboard accessible), colours from the page's theme, and a root
 ``data-value`` that changes when a knob turns.
 """

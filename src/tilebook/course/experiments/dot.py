@@ -22,8 +22,8 @@ loads its tile once and repeats the dot ``repeat`` times into its accumulator:
 the operands stay on chip, so memory does not set the time, the instruction
 does.  Every program multiplies the same tile (it stays in the L2 cache) and
 writes its own output tile.  The paths are timed in interleaved rounds
-(:func:`tilebook.bench.compare`).  GPU only, like every module of
-:mod:`tilebook.experiments`.
+(:func:`tilebook.course.bench.compare`).  GPU only, like every module of
+:mod:`tilebook.course.experiments`.
 """
 
 from __future__ import annotations
@@ -142,14 +142,14 @@ def paths(
         A kernel with the signature of :data:`repeat_dot_kernel` (default: that one;
         lesson 05 passes its own copy).
     timing
-        Keywords for :func:`tilebook.bench.compare` (``rounds``, ``warmup``, ``rep``).
+        Keywords for :func:`tilebook.course.bench.compare` (``rounds``, ``warmup``, ``rep``).
 
     Returns
     -------
     list of dict
         One row per path: ``path``, ``dtype``, ``precision``, ``M``, ``N``,
         ``K``, ``num_warps``, ``repeat``, ``programs``, ``err``, ``err_dot``
-        and the timing fields of :func:`tilebook.bench.compare` (``impl`` is the
+        and the timing fields of :func:`tilebook.course.bench.compare` (``impl`` is the
         path; ``tflops`` counts ``2 * M * N * K`` per dot).
     """
     names = available_paths() if names is None else list(names)

@@ -17,7 +17,7 @@ By default every tensor of a sweep holds :data:`ELEMENTS` numbers, cut into rows
 of the hidden size, so that only the row length changes from point to point.
 Throughput counts the bytes that must move (:func:`traffic`), the same for every
 implementation.  GPU only: call these from
-:func:`tilebook.bench.record_or_measure`'s sweep.
+:func:`tilebook.course.bench.record_or_measure`'s sweep.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ...ops import rms_norm as op
 from .. import bench
-from ..ops import rms_norm as op
 
 __all__ = [
     "DTYPE",
@@ -96,7 +96,8 @@ def reference(
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """``||out - ref|| / ||ref||``, the measure :class:`tilebook.check.CorrectnessReport` uses."""
+    """``||out - ref|| / ||ref||``, the measure
+    :class:`tilebook.course.check.CorrectnessReport` uses."""
     return ((out.double() - ref).norm() / ref.norm()).item()
 
 
@@ -147,7 +148,7 @@ def kernels(
     ``variants`` maps a name to ``(forward, backward)``.  ``passes`` are any of
     ``"forward"``, ``"backward"`` (from the variant's own ``rstd``) and ``"step"``
     (forward then backward).  One row per pass and variant: ``hidden``, ``rows``,
-    ``pass``, ``impl``, the timing (:func:`tilebook.bench.compare`, which
+    ``pass``, ``impl``, the timing (:func:`tilebook.course.bench.compare`, which
     ``compare`` keywords tune), the errors ``err_*`` and the rounding floors
     ``floor_*``.
     """

@@ -3,7 +3,7 @@
 A lesson's "try this" asks the reader to write or change a kernel, then gives
 the one line that checks it::
 
-    from tilebook.exercises import check_elementwise
+    from tilebook.course.exercises import check_elementwise
 
     def my_add(x, y, out):                      # the reader's launcher
         add_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, out, x.numel(), BLOCK=1024)
@@ -78,7 +78,8 @@ from typing import Any
 
 import torch
 
-from . import display, runtime
+from .. import runtime
+from . import display
 from .check import default_tolerance
 
 __all__ = [
