@@ -43,7 +43,7 @@ ROUNDS = 5
 
 #: What ``import tilebook`` offers as modules: the library (issue 28).  The course's
 #: tooling is one subpackage beside it, which the library never imports.
-LIBRARY = ("ops", "runtime", "validation")
+LIBRARY = ("arch", "ops", "runtime", "validation")
 COURSE = "tilebook.course"
 #: Heavy modules the library does not need at import.
 HEAVY = (

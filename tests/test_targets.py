@@ -130,7 +130,7 @@ def test_every_job_compiles_without_unknown_spills(compiled, arch):
 
 @pytest.mark.parametrize("arch", TARGET_ARCHS)
 def test_shared_memory_fits_the_target(compiled, arch):
-    from tilebook.course.aot.targets import TARGETS
+    from tilebook.arch import TARGETS
 
     _, kernels = compiled[arch]
     limit = TARGETS[arch][1]

@@ -177,7 +177,7 @@ fig = plot_record(
 # The same data as a table.  The last column compares tilebook with torch.add:
 # "ahead" or "behind" where the ratio of their times stays on one side of 1
 # across the spread of the rounds and differs from 1 by more than the noise floor
-# (``tilebook.claims.MIN_NOISE``); "tie" otherwise.
+# (``tilebook.course.claims.MIN_NOISE``); "tie" otherwise.
 
 ex = sizes.values("log2n")
 NAMED = {

@@ -278,7 +278,7 @@ def smem_budget_for(arch: int) -> int:
     """Bytes of operand tiles a configuration may pipeline on ``sm_<arch>``: the most
     shared memory a block may use there (:data:`tilebook.course.aot.TARGETS`) less a reserve
     for barriers and the epilogue (220 KB for sm_90)."""
-    from ..course.aot.targets import TARGETS, parse_arch
+    from ..arch import TARGETS, parse_arch
 
     return TARGETS[parse_arch(arch)][1] - _SMEM_RESERVE
 
@@ -293,7 +293,7 @@ def _device_budget(device: torch.device) -> int:
 
 @functools.cache
 def _budget_of(index: int) -> int:
-    from ..course.aot.targets import TARGETS
+    from ..arch import TARGETS
 
     major, minor = runtime.capability(index)
     if major * 10 + minor in TARGETS:

@@ -20,6 +20,7 @@ in a child process with ``TILEBOOK_MODE=aot``; a kernel defined in a lesson
 script is sent there as source, with its helpers and the constants they read.
 """
 
+from ...arch import TARGETS, parse_arch
 from .compiler import AotError, ptxas_for
 from .counts import (
     DEFAULT_INSTRUCTIONS,
@@ -31,7 +32,6 @@ from .counts import (
 )
 from .jobs import compile_kernel, compile_many
 from .kernel import STAGES, CompiledKernel, SourceLine, StageLine
-from .targets import TARGETS, parse_arch
 
 __all__ = [
     "DEFAULT_INSTRUCTIONS",

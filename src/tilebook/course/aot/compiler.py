@@ -21,8 +21,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ...arch import TARGETS, parse_arch
 from . import lines
-from .targets import TARGETS, parse_arch
 
 __all__ = ["AotError", "compile_here", "ptxas_for"]
 

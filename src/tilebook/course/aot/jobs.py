@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from ... import runtime
+from ...arch import parse_arch
 from .compiler import AotError, compile_here
 from .kernel import CompiledKernel
 from .shipping import jit_function, kernel_ref, load_kernel, python_function, resolve_spec
-from .targets import parse_arch
 
 __all__ = ["compile_kernel", "compile_many"]
 

@@ -1,4 +1,5 @@
-"""The GPUs a kernel can be compiled for, named by compute capability."""
+"""The GPUs a kernel can be compiled for, named by compute capability (used by the ops
+for their shared-memory budget, and by :mod:`tilebook.course.aot` for its targets)."""
 
 from __future__ import annotations
 
