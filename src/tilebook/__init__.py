@@ -28,7 +28,7 @@ from . import _compat
 # kernel, whose first launch imports Triton's Gluon (0.1 s): only where it may help.
 if is_interpreter() and runtime.triton_version() < (3, 8):
     _compat.apply()
-from . import ops
+from . import arch, ops  # noqa: F401  (the library modules, bound as attributes)
 from .ops.dropout import dropout
 from .ops.flash_attention import flash_attention
 from .ops.layer_norm import layer_norm
