@@ -534,7 +534,8 @@ table(
 # needs it loads it instead.  :func:`tilebook.course.experiments.programs.first_calls`
 # times a call of ``scale`` that compiles (an empty cache directory), one
 # that loads from the disk cache, and later calls, wall clock from the
-# Python call to the end of the kernel.
+# Python call to the end of the kernel: the median of each, and its
+# :term:`spread` (p20-p80).
 
 x0 = vec(4096)
 first = record_or_measure(

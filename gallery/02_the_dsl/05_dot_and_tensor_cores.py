@@ -161,8 +161,10 @@ report.assert_ok()
 # (``sm_90``, an H100's or H200's), for each kind of input on Hopper, and there
 # for a few tiles and warp counts.  A
 # setting is named ``inputs -> accumulator``; the table shows the :term:`SASS`
-# instruction the dot became, and how many times it appears in the SASS
-# (the code each warp runs: a program runs it once per warp).
+# instruction the dot became, how many times it appears in the SASS
+# (the code each warp runs: a program runs it once per warp), and the
+# registers a thread needs, with the bytes ``ptxas`` had to :term:`spill`
+# where they ran out.
 
 CHOICES = {  # inputs -> accumulator: (Triton type, input_precision, out_dtype)
     "fp16 -> fp32": ("fp16", "tf32", "fp32"),
