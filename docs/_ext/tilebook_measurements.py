@@ -163,10 +163,24 @@ def _table(header: list[str], widths: list[int], rows: list[list[Any]]) -> nodes
         row = nodes.row()
         for cell in cells:
             entry = nodes.entry()
-            entry += nodes.paragraph(text=str(cell))
+            if isinstance(cell, nodes.Node):
+                entry += nodes.paragraph("", "", cell)
+            else:
+                entry += nodes.paragraph(text=str(cell))
             row += entry
         parent += row
     return table
+
+
+def _dates(first: str, last: str) -> nodes.inline:
+    """``first to last`` (or one date), each date kept on one line: a date broken
+    at its hyphen ("2026-11- / 23") reads as two figures."""
+    out = nodes.inline()
+    for i, date in enumerate([first] if first == last else [first, last]):
+        if i:
+            out += nodes.Text(" to ")
+        out += nodes.inline(text=date, classes=["tb-nowrap"])
+    return out
 
 
 def _records_table(records) -> nodes.table:
@@ -214,7 +228,7 @@ class RecordsTable(Directive):
         rows = []
         for kind, folder in sets.items():
             s = set_summary(folder)
-            dates = s["first"] if s["first"] == s["last"] else f"{s['first']} to {s['last']}"
+            dates = _dates(s["first"], s["last"])
             readers = []
             if folder.resolve() == shown:
                 readers.append("CPU builds")
