@@ -724,6 +724,8 @@ say(
 def verdicts(rec, mine, other, size, unit, **where):
     """How ``mine`` ran against ``other`` at each ``size`` of ``rec``, by verdict:
     "faster at 2048 and 32768 columns, slower at 256 columns"."""
+    if rec is None:
+        return "unmeasured"
     held = {}
     for row in rec.select(impl=mine, **where):
         theirs = rec.one(impl=other, **where, **{size: row[size]})
@@ -737,21 +739,16 @@ def verdicts(rec, mine, other, size, unit, **where):
 
 
 softmax, fusion = records["lesson10_forward"], load_record("lesson08_fusion")
+at_k = partial(verdicts, fusion, "fused", size="K", unit="K = {}", sweep="K")
 say(
     "Each leaf is one size.  Against torch.compile, at every row length of its "
-    "record, the course's softmax ran {softmax}.  In lesson 08's sweep of ``K`` "
+    "record, the course's softmax ran {sm}.  In lesson 08's sweep of ``K`` "
     "({where}), against cuBLAS then PyTorch, the fused linear and GELU ran {pair}; "
     "against ``F.linear`` alone, with no activation at all, it ran {alone}.",
-    softmax=verdicts(softmax, "tilebook", "torch.compile", "n", "{} columns")
-    if softmax
-    else "unmeasured",
+    sm=verdicts(softmax, "tilebook", "torch.compile", "n", "{} columns"),
     where=fusion.caption() if fusion else "no record",
-    pair=verdicts(fusion, "fused", "unfused, PyTorch", "K", "K = {}", sweep="K")
-    if fusion
-    else "unmeasured",
-    alone=verdicts(fusion, "fused", "F.linear alone", "K", "K = {}", sweep="K")
-    if fusion
-    else "unmeasured",
+    pair=at_k(other="unfused, PyTorch"),
+    alone=at_k(other="F.linear alone"),
 )
 
 # %%
