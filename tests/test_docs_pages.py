@@ -140,6 +140,9 @@ def test_from_code_formats():
     assert fmt(25.0) == "25" and fmt(2.5) == "2.5"
     assert fmt(5, "word") == "five"
     assert fmt(bench.Measurement, "percentiles") == "20th and 80th"
+    assert fmt(0.01, "percent") == "1%" and fmt(0.025, "percent") == "2.5%"
+    with pytest.raises(TypeError, match="percent"):
+        fmt("1%", "percent")
     with pytest.raises(ValueError, match="unknown format"):
         fmt(1, "furlongs")
 

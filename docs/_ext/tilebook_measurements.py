@@ -4,7 +4,7 @@
   parameter; ``{from-code}`tilebook.course.bench.RECORDS_GPU_ENV``` a module's constant.
   After a ``|``, a format: ``word`` (``5`` -> "five"), ``bytes`` (``2**30`` ->
   "1 GiB"), ``percentiles`` (a dataclass with ``p20_ms`` and ``p80_ms`` fields ->
-  "20th and 80th"), ``code`` (shown as code).  The value links to the object's entry on the API page, so a
+  "20th and 80th"), ``percent`` (``0.01`` -> "1%"), ``code`` (shown as code).  The value links to the object's entry on the API page, so a
   reader can see where it comes from, and the page changes when the code does.
 * ``tilebook-records`` lists the committed record sets, one per GPU kind (its GPU,
   dates and commits), says which one a CPU build shows, and lists that set's
@@ -86,8 +86,12 @@ def formatted(value: Any, fmt: str = "") -> str:
             raise ValueError(f"{value!r} has no pNN_ms fields")
         words = [_ordinal(p) for p in found]
         return ", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else words[0]
+    if fmt == "percent":
+        if not isinstance(value, (int, float)):
+            raise TypeError(f"'percent' takes a number, not {value!r}")
+        return f"{value:.0%}" if round(100 * value, 6).is_integer() else f"{value:.1%}"
     if fmt and fmt != "code":
-        raise ValueError(f"unknown format {fmt!r} (word, bytes, percentiles, code)")
+        raise ValueError(f"unknown format {fmt!r} (word, bytes, percentiles, percent, code)")
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)
@@ -159,10 +163,24 @@ def _table(header: list[str], widths: list[int], rows: list[list[Any]]) -> nodes
         row = nodes.row()
         for cell in cells:
             entry = nodes.entry()
-            entry += nodes.paragraph(text=str(cell))
+            if isinstance(cell, nodes.Node):
+                entry += nodes.paragraph("", "", cell)
+            else:
+                entry += nodes.paragraph(text=str(cell))
             row += entry
         parent += row
     return table
+
+
+def _dates(first: str, last: str) -> nodes.inline:
+    """``first to last`` (or one date), each date kept on one line: a date broken
+    at its hyphen ("2026-11- / 23") reads as two figures."""
+    out = nodes.inline()
+    for i, date in enumerate([first] if first == last else [first, last]):
+        if i:
+            out += nodes.Text(" to ")
+        out += nodes.inline(text=date, classes=["tb-nowrap"])
+    return out
 
 
 def _records_table(records) -> nodes.table:
@@ -210,7 +228,7 @@ class RecordsTable(Directive):
         rows = []
         for kind, folder in sets.items():
             s = set_summary(folder)
-            dates = s["first"] if s["first"] == s["last"] else f"{s['first']} to {s['last']}"
+            dates = _dates(s["first"], s["last"])
             readers = []
             if folder.resolve() == shown:
                 readers.append("CPU builds")

@@ -534,7 +534,8 @@ table(
 # needs it loads it instead.  :func:`tilebook.course.experiments.programs.first_calls`
 # times a call of ``scale`` that compiles (an empty cache directory), one
 # that loads from the disk cache, and later calls, wall clock from the
-# Python call to the end of the kernel.
+# Python call to the end of the kernel: the median of each, and its
+# :term:`spread` (p20-p80).
 
 x0 = vec(4096)
 first = record_or_measure(
@@ -580,15 +581,21 @@ first_claims if first else no_record()
 # %%
 
 if first is not None:
+    # three significant digits each, and the quotient of the figures as printed,
+    # so that a reader who divides them gets the sentence's count
+    c, d, l_us = (
+        float(f"{v:.3g}")
+        for v in (compile_row["median_ms"], disk["median_ms"], 1e3 * later["median_ms"])
+    )
     shown = say(
-        "Compiling took {c:.0f} ms, loading from disk {d:.1f} ms, and a later "
-        "call {l:.3f} ms: the first call of each specialisation costs {x:,.0f} "
-        "later calls.  Warm up a kernel before you time it (``do_bench`` does), "
-        "and expect a pause wherever a program meets a new specialisation.",
-        c=compile_row["median_ms"],
-        d=disk["median_ms"],
-        l=later["median_ms"],
-        x=compile_row["median_ms"] / later["median_ms"],
+        "Compiling took {c:,g} ms, loading from disk {d:,g} ms, and a later "
+        "call {l:,g} µs: the first call of each specialisation costs about "
+        "{x:,.0f} later calls.  Warm up a kernel before you time it (``do_bench`` "
+        "does), and expect a pause wherever a program meets a new specialisation.",
+        c=c,
+        d=d,
+        l=l_us,
+        x=float(f"{1e3 * c / l_us:.3g}"),
     )
 else:
     shown = no_record()

@@ -539,8 +539,9 @@ dots.check(
 dots
 
 # %%
-# Registers are ``ptxas``'s decision, not Triton's: it reports them as it
-# assembles (``ptxas -v``), and :mod:`tilebook.course.aot` reads that report (on a
+# Registers are ``ptxas``'s decision, not Triton's: it reports them, and the
+# bytes it had to :term:`spill` where they ran out, as it assembles
+# (``ptxas -v``), and :mod:`tilebook.course.aot` reads that report (on a
 # GPU, a launched kernel's ``compiled.n_regs`` says the same).  Shared memory
 # is Triton's own decision, recorded in the kernel's metadata as ``shared``,
 # in bytes per program.  Both limit how many programs fit on one :term:`SM`

@@ -161,8 +161,10 @@ report.assert_ok()
 # (``sm_90``, an H100's or H200's), for each kind of input on Hopper, and there
 # for a few tiles and warp counts.  A
 # setting is named ``inputs -> accumulator``; the table shows the :term:`SASS`
-# instruction the dot became, and how many times it appears in the SASS
-# (the code each warp runs: a program runs it once per warp).
+# instruction the dot became, how many times it appears in the SASS
+# (the code each warp runs: a program runs it once per warp), and the
+# registers a thread needs, with the bytes ``ptxas`` had to :term:`spill`
+# where they ran out.
 
 CHOICES = {  # inputs -> accumulator: (Triton type, input_precision, out_dtype)
     "fp16 -> fp32": ("fp16", "tf32", "fp32"),
@@ -398,7 +400,7 @@ table(
         "inputs -> accumulator": "pair",
         "K": "K",
         "error vs float64": ("err", "{:.1e}"),
-        "error / rounding the exact product": ("ratio", "{:.1f}"),
+        "error / rounding the exact product": ("ratio", "{:.2f}"),
     },
     caption=f"one program, M = N = {MN}, relative error; {run_caption()}",
 )
@@ -430,8 +432,9 @@ with house_style():
     ax.set_title("The accumulator's dtype over a long K")
     place_legend(ax)
     caption_figure(fig, run_caption())
-apart = {
-    (p, q): max(abs(by[p, k] / by[q, k] - 1) for k in KS)
+printed = {key: round(ratio, 2) for key, ratio in by.items()}  # as the table has them
+apart = {  # from the printed ratios, so that a reader can check the sentence below
+    (p, q): max(abs(printed[p, k] / printed[q, k] - 1) for k in KS)
     for p, q in itertools.combinations(settings, 2)
 }
 overlap = {pq: d for pq, d in apart.items() if d < SAME}
@@ -459,7 +462,7 @@ for inputs, acc in PAIRS[1::2]:
     accum.check(
         f"{p}: the error grows with K and is wrong at the longest",
         hi > lo and hi > WRONG,
-        f"{lo:.1f} times the rounding at K = {KS[0]}, {hi:.1f} at {KS[-1]}",
+        f"{lo:.2f} times the rounding at K = {KS[0]}, {hi:.2f} at {KS[-1]}",
     )
 accum
 
@@ -467,15 +470,15 @@ accum
 
 say(
     "With a float32 accumulator every error is the rounding of the exact product, "
-    "whatever ``K``.  With an fp16 accumulator it grows with ``K``, from {lo:.1f} "
-    "times the rounding at ``K = {k0}`` to {hi:.1f} times at ``K = {k1}``.  {bf16}"
+    "whatever ``K``.  With an fp16 accumulator it grows with ``K``, from {lo:.2f} "
+    "times the rounding at ``K = {k0}`` to {hi:.2f} times at ``K = {k1}``.  {bf16}"
     "A test on a short ``K`` passes a kernel that is wrong on a long one.",
     lo=by["fp16 -> fp16", KS[0]],
     hi=by["fp16 -> fp16", KS[-1]],
     k0=KS[0],
     k1=KS[-1],
     bf16=(
-        f"A bf16 sum ends at {by['bf16 -> bf16', KS[-1]]:.1f} times the rounding to "
+        f"A bf16 sum ends at {by['bf16 -> bf16', KS[-1]]:.2f} times the rounding to "
         "bf16, itself larger than fp16's.  "
         if GPU
         else "(A GPU adds bf16 to the table; the interpreter gets bf16 wrong.)  "

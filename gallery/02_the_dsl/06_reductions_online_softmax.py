@@ -521,6 +521,19 @@ cont = record_or_measure(
     "sum of float32 numbers: atomics on fewer or more addresses",
     lambda: experiment.contention(atomic_sum, partial_sums),
 )
+# the size the record was measured at (experiment.N and BLOCK when it was made)
+sized = cont.rows[0] if cont else {"n": experiment.N, "block": experiment.BLOCK}
+say(
+    "These runs sum {n:,} numbers, {block:,} a program: {p:,} programs, whose "
+    "atomics the rows spread over more and more addresses (the sums above were "
+    "of another size).",
+    n=sized["n"],
+    block=sized["block"],
+    p=experiment.programs(sized["n"], sized["block"]),
+)
+
+# %%
+
 ref = cont.one(impl="partial sums") if cont is not None else None
 
 

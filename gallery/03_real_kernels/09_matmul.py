@@ -587,8 +587,10 @@ print(counted)
 # shape whose odd rows rule out TMA as they stand, each checked against float64 first
 # (:func:`tilebook.course.experiments.matmul.versus_cublas`).  This build does not
 # autotune: :func:`~tilebook.ops.matmul.set_autotune` makes each call take the
-# first configuration that fits, and the table names it.  ``verdict`` calls two
-# timings tied when their spreads overlap.
+# first configuration that fits, and the table names it.  The speed ratio is
+# cuBLAS's median time over tilebook's; its :term:`spread` pairs the ends of the
+# two timings' spreads.  A verdict other than *tied* needs that whole spread on
+# one side of 1, and the ratio beyond the noise floor.
 
 autotuning = mm.set_autotune(False)
 SIZES = [(n, n, n) for n in (2048, 4096, 8192)] + [(4095, 4097, 4093)]
@@ -601,7 +603,8 @@ sizes = record_or_measure(
 def against_cublas(row):
     theirs = sizes.one(shape=row["shape"], impl="cuBLAS")
     s = speedup(row, theirs)
-    return {**row, "cublas": theirs["tflops"], "verdict": verdict(s).split()[0]}
+    vs_cublas = {"cublas": theirs["tflops"], "ratio": s.ratio, "low": s.low}
+    return {**row, **vs_cublas, "high": s.high, "verdict": verdict(s).split()[0]}
 
 
 if sizes is not None:
@@ -611,6 +614,9 @@ if sizes is not None:
             "shape": "shape",
             "tilebook TFLOP/s": ("tflops", "{:.0f}"),
             "cuBLAS TFLOP/s": ("cublas", "{:.0f}"),
+            "speed ratio": ("ratio", "{:.3f}x"),
+            # a non-breaking hyphen: a range cut in two reads as two numbers
+            "its spread": lambda r: f"{r['low']:.3f}\u2011{r['high']:.3f}x",
             "tilebook": "verdict",
             "config": "config",
         },

@@ -207,16 +207,18 @@ def vs(rec, n: int, a: str, b: str, kernel: str = "forward"):
 
 
 def verdicts(rec, a: str, b: str, name: str, kernel: str = "forward") -> str:
-    """How ``a`` ran against ``b`` (called ``name``) at each row length, in words."""
-    found: dict[str, list[str]] = {}
+    """How ``a`` ran against ``b`` (called ``name``) at each row length, in words;
+    each verdict says, from the same comparison, where it stands to the spread."""
+    found: dict[tuple[str, str], list[str]] = {}
     for n in rec.values("n", kernel=kernel, impl=a):
         g = vs(rec, n, a, b, kernel)
         v = "faster than" if g.faster else "slower than" if g.slower else "level with"
-        found.setdefault(v, []).append(str(n))
+        found.setdefault((v, "inside" if g.tied else "beyond"), []).append(str(n))
     parts = []
-    for v, ns in found.items():
+    for (v, spread), ns in found.items():
         at = ", ".join(ns[:-1]) + " and " * (len(ns) > 1) + ns[-1]
-        parts.append(f"{v} {'it' if parts else name} at {at}")
+        who = "it" if parts else name
+        parts.append(f"{v} {who} at {at} columns ({spread} the spread)")
     return "; ".join(parts)
 
 
@@ -578,7 +580,7 @@ claims
 # %%
 
 v = verdicts(bwd, "tilebook", "torch.compile", "Inductor's", "backward")
-say("tilebook's backward runs {v} columns (level: inside the spread).", v=v)
+say("tilebook's backward runs {v}.", v=v)
 
 # %%
 # A persistent grid sized from occupancy
@@ -615,8 +617,7 @@ table(runs.rows, columns, caption=runs.caption())
 # %%
 
 say(
-    "The persistent grid runs {p} columns.  Without the eviction hint the kernel "
-    "runs {h} columns (level: inside the spread).",
+    "The persistent grid runs {p}.  Without the eviction hint the kernel runs {h}.",
     p=verdicts(runs, PERSISTENT, TILE, "the package's choice (a program a tile)"),
     h=verdicts(runs, NO_HINT, TILE, "the package's choice"),
 )
@@ -645,7 +646,7 @@ claims
 # %%
 
 say(
-    "tilebook's forward runs {v} columns, and at its best it moves {best:.0%} of "
+    "tilebook's forward runs {v}, and at its best it moves {best:.0%} of "
     "the copy bandwidth.",
     v=verdicts(fwd, "tilebook", "torch.compile", "Inductor's"),
     best=max(fwd.values("gbps", impl="tilebook")) / copy,

@@ -551,8 +551,8 @@ report.assert_ok()
 # The package's kernels
 # ---------------------
 # :mod:`tilebook.ops.flash_attention` adds what speed asks for: tensor
-# descriptors (lesson 09: the copy engine fills rows past the end with zeros,
-# so no load masks); the three-part loop; the scale applied after the maximum
+# descriptors (lesson 09: the copy engine, :term:`TMA`, fills rows past the end
+# with zeros, so no load masks); the three-part loop; the scale applied after the maximum
 # (one fused multiply-add per score); rows that see no key; the longest tiles
 # first; tiles tuned ahead for Hopper (``sm_90``; ``fa.CONFIGS``, no call
 # autotunes).
@@ -563,7 +563,8 @@ report.assert_ok()
 # ``P_{j-1} V_{j-1}``, then compute the first's softmax while the second runs
 # (FlashAttention-3).  This page's causal forward, the package's Triton forward
 # (other GPUs, documents) and its Gluon one, compiled for Hopper (``sm_90``),
-# bf16, D=128:
+# bf16, D=128, with the registers and :term:`spill` bytes of each and how many
+# of its programs one :term:`SM` holds:
 
 sig = dict.fromkeys(("q_ptr", "k_ptr", "v_ptr", "o_ptr"), "*bf16")
 sig |= dict.fromkeys(("G", "Nq", "Nk", "reach"), "i32")

@@ -639,11 +639,32 @@ tree
 # bad as a loss, and the square matmul not behind cuBLAS.
 
 SAME_OR_BETTER, NOT_FASTER, NEAR = ("good", "level"), ("slow", "level"), 0.05
+CASE = {  # a leaf's one case in words, filled from its record's row
+    "lesson10_forward": "rows of {n}",
+    "lesson09_linear_act": "{M} tokens through a {K}-to-{N} layer",
+}
+
+
+def case(key):
+    """The one case a leaf measured: a claim names it, as it holds for no other."""
+    name, mine, _, where = CASES[key]
+    rec = records[name]
+    return CASE[name].format(**rec.one(impl=mine, **where)) if rec else "its one case"
+
+
 EXPECT = [  # the claim, its leaf, the verdicts that make it true
     ("On the ragged shape cuBLAS is slow: Triton stages it", "cublas_rag", ("slow",)),
-    ("Fusing the activation beats cuBLAS then PyTorch", "fused", ("good",)),
+    (
+        f"Fusing the activation beats cuBLAS then PyTorch for {case('fused')}",
+        "fused",
+        ("good",),
+    ),
     ("PyTorch as written is the slow softmax", "eager_sm", ("slow",)),
-    ("Triton beats torch.compile on the softmax", "triton_sm", ("good",)),
+    (
+        f"Triton beats torch.compile on the softmax of {case('triton_sm')}",
+        "triton_sm",
+        ("good",),
+    ),
     ("Triton is no faster than torch.add on tiny tensors", "triton_small", NOT_FASTER),
 ]
 # The matmul leaves hold for the Hopper kernels (wgmma, TMA copies); a record that
@@ -688,16 +709,49 @@ say(
 #   a friendly shape; it beats cuBLAS on a ragged one only by copying to aligned rows.
 # - **Triton for fusion** the library cannot do: an activation in the matmul's
 #   epilogue (lesson 08-09), a row op with its statistics in one pass (10-11),
-#   a custom backward: where the course's kernels beat the others measured.
+#   a custom backward.  Each leaf of the tree is one shape; whether a fused
+#   kernel wins changes with the shape (below), so measure at yours.
 # - **torch.compile** for chains of elementwise and row ops: it writes Triton
-#   itself.  Try it first; keep a kernel where a measurement says so (the
-#   softmax, and the rms_norm below if its kernel wins there).
+#   itself.  Try it first; keep a kernel where a measurement at your sizes says
+#   so (the rms_norm leaf is below).
 # - **Gluon or CUDA C++** where Triton cannot express the schedule: warp-specialised
 #   pipelines (lesson 12's Hopper forward is Gluon), cluster launches, hand-placed
 #   instructions.  cuBLAS shows what that buys, at the cost of far more code.
 # - **Nothing** for a single elementwise op: PyTorch already runs at the copy
 #   ceiling, and on a tiny tensor (the launch is all the cost) Triton is no faster.
 
+
+def verdicts(rec, mine, other, size, unit, **where):
+    """How ``mine`` ran against ``other`` at each ``size`` of ``rec``, by verdict:
+    "faster at 2048 and 32768 columns, slower at 256 columns"."""
+    if rec is None:
+        return "unmeasured"
+    held = {}
+    for row in rec.select(impl=mine, **where):
+        theirs = rec.one(impl=other, **where, **{size: row[size]})
+        c = speedup(row, theirs)
+        word = "faster" if c.faster else "slower" if c.slower else "level"
+        held.setdefault(word, []).append(str(row[size]))
+    return ", ".join(
+        f"{word} at " + unit.format(", ".join(s[:-1]) + " and " * (len(s) > 1) + s[-1])
+        for word, s in held.items()
+    )
+
+
+softmax, fusion = records["lesson10_forward"], load_record("lesson08_fusion")
+at_k = partial(verdicts, fusion, "fused", size="K", unit="K = {}", sweep="K")
+say(
+    "Each leaf is one size.  Against torch.compile, at every row length of its "
+    "record, the course's softmax ran {sm}.  In lesson 08's sweep of ``K`` "
+    "({where}), against cuBLAS then PyTorch, the fused linear and GELU ran {pair}; "
+    "against ``F.linear`` alone, with no activation at all, it ran {alone}.",
+    sm=verdicts(softmax, "tilebook", "torch.compile", "n", "{} columns"),
+    where=fusion.caption() if fusion else "no record",
+    pair=at_k(other="unfused, PyTorch"),
+    alone=at_k(other="F.linear alone"),
+)
+
+# %%
 rn = compared.get("compile_rn")
 say(
     "On the rms_norm leaf, torch.compile ran at {ratio:.2f} times the speed of the "
