@@ -152,7 +152,7 @@ report.assert_ok()
 # kernel above, launched with the package's setting: where that comes from is
 # the next section) against ``torch.add`` with ``triton.testing.do_bench``,
 # which empties the :term:`L2` cache before each call and reports the median
-# of many calls.  The two run in interleaved rounds, so the p20-p80 spread
+# of many calls.  The two run in interleaved rounds, so the p20-p80 :term:`spread`
 # includes the drift of the GPU's clocks.  On a CPU,
 # :func:`tilebook.course.bench.record_or_measure` shows the record committed from a GPU
 # run instead, and the plot says where it was measured.
