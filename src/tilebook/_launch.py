@@ -14,9 +14,15 @@ for arguments *of the same specialisation* (same dtypes, same 16-byte alignment 
 pointers, same integer values, same constexprs).  :func:`launch` itself remembers
 what it compiled under a key of exactly those properties (:func:`launch_key`), so
 repeated calls with plain tensors, tensor descriptors and numbers take the short route
-with no help from the caller; an op
-that keys its own repeat calls (on shapes, strides, dtypes, device and alignment)
-keeps the :class:`Launched` in a :class:`Memo` and skips even :func:`launch`.
+with no help from the caller.
+
+An op whose calls must cost less host time still (a memory-bound op on small inputs)
+skips even that key, the same way in every op: it keys the call on what decides its
+launches (:func:`call_key`: shapes, strides, dtypes, device, 16-byte alignment, the
+module's knobs), plans the call once per key (which kernels, grids and constexprs, the
+outputs' shapes) and keeps the plan in :data:`PLANS`.  A plan's launches are
+:class:`Step` objects: the first call goes through :func:`launch`, later ones start
+the kept :class:`Launched` directly (the call key guarantees the specialisation).
 
 The key is deliberately finer than Triton's: integers by value (Triton only asks
 whether one is 1, divisible by 16 and fits 32 bits) and pointers by their address
@@ -42,8 +48,11 @@ from . import runtime
 
 __all__ = [
     "PLAIN_TENSORS",
+    "PLANS",
     "Launched",
     "Memo",
+    "Step",
+    "call_key",
     "device_guard",
     "ensure_cuda_context",
     "launch",
@@ -294,7 +303,7 @@ def launch(kernel, grid: tuple[int, ...], *args: Any, **meta: Any) -> Launched |
 
 
 class Memo(dict):
-    """An op's remembered repeat calls: call key -> whatever replays the call.
+    """Remembered repeat calls: call key -> whatever replays the call (:data:`PLANS`).
 
     Bounded: past ``limit`` entries it starts over rather than grow without end (a
     model with many shapes pays a slow call per shape again, nothing worse).
@@ -310,9 +319,60 @@ class Memo(dict):
         self[key] = value
 
 
+# --------------------------------------------------------------------------- plans
+
+#: Every op's plans of its calls, by call key (:func:`call_key`, led by something of
+#: the op's own, such as its planning function, so that ops never share a key).
+PLANS = Memo(4096)
+
+
+def call_key(a: torch.Tensor, b: torch.Tensor | None, c: torch.Tensor | None, *knobs) -> tuple:
+    """A call key: the layout of up to three tensors (shape, strides, dtype, device,
+    address modulo 16; None where absent), then ``knobs`` as they are (something of
+    the op's own first, such as its planning function, then its settings).  Only for
+    tensors :func:`plain` says yes to.  Written out rather than looped over its
+    arguments: it runs on every repeat call, and the loop cost half as much again."""
+    return (
+        a.shape, a.stride(), a.dtype, a.device, a.data_ptr() & 15,
+        None if b is None else (b.shape, b.stride(), b.dtype, b.device, b.data_ptr() & 15),
+        None if c is None else (c.shape, c.stride(), c.dtype, c.device, c.data_ptr() & 15),
+        *knobs,
+    )  # fmt: skip
+
+
+class Step:
+    """One launch of a plan: the kernel, its grid and constexprs (fixed by the plan's
+    call key) and, once a GPU launched it, the :class:`Launched` that starts it again.
+
+    ``step(*args)`` launches with the runtime arguments ``args``, which must be of the
+    specialisation of the first call's (the call key sees to the inputs; fresh outputs
+    are aligned); :meth:`anew` launches through :func:`launch` for arguments that may
+    not be.  :meth:`via` hands the launch to another launcher
+    (:func:`tilebook.ops.library.launch`, which torch.compile traces).
+    """
+
+    __slots__ = ("grid", "kernel", "launched", "meta")
+
+    def __init__(self, kernel, grid: tuple, meta: dict):
+        self.kernel, self.grid, self.meta, self.launched = kernel, tuple(grid), meta, None
+
+    def __call__(self, *args: Any) -> None:
+        launched = self.launched
+        if launched is None or not launched(*args):
+            again = launch(self.kernel, self.grid, *args, **self.meta)
+            if launched is None:
+                self.launched = again
+
+    def anew(self, *args: Any) -> None:
+        launch(self.kernel, self.grid, *args, **self.meta)
+
+    def via(self, launcher, *args: Any) -> None:
+        launcher(self.kernel, self.grid, *args, **self.meta)
+
+
 # --------------------------------------------------------------------------- older API
 # For ops written against the first version of this module (they remember launches
-# themselves); new code keeps the Launched that launch() returns instead.
+# themselves); new code plans its calls (PLANS, Step) instead.
 
 
 def direct_launch_enabled() -> bool:
