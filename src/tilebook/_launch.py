@@ -24,7 +24,7 @@ outputs' shapes) and keeps the plan in :data:`PLANS`.  A plan's launches are
 :class:`Step` objects: the first call goes through :func:`launch`, later ones start
 the kept :class:`Launched` directly (the call key guarantees the specialisation).
 
-The key is deliberately finer than Triton's: integers by value (Triton only asks
+The launch key is deliberately finer than Triton's: integers by value (Triton only asks
 whether one is 1, divisible by 16 and fits 32 bits) and pointers by their address
 modulo 16 (Triton asks whether it is 0), tensor descriptors by their whole layout
 (Triton asks for the dtype and the block shape).  Whatever Triton would compile apart,
@@ -313,10 +313,12 @@ class Memo(dict):
         super().__init__()
         self.limit = limit
 
-    def remember(self, key, value) -> None:
+    def remember(self, key, value):
+        """``value``, kept under ``key``."""
         if len(self) >= self.limit:
             self.clear()
         self[key] = value
+        return value
 
 
 # --------------------------------------------------------------------------- plans
@@ -340,60 +342,32 @@ def call_key(a: torch.Tensor, b: torch.Tensor | None, c: torch.Tensor | None, *k
     )  # fmt: skip
 
 
-class Step:
+class Step(Launched):
     """One launch of a plan: the kernel, its grid and constexprs (fixed by the plan's
-    call key) and, once a GPU launched it, the :class:`Launched` that starts it again.
+    call key) and, once a GPU has launched it, the compiled kernel to start again.
 
-    ``step(*args)`` launches with the runtime arguments ``args``, which must be of the
-    specialisation of the first call's (the call key sees to the inputs; fresh outputs
-    are aligned); :meth:`anew` launches through :func:`launch` for arguments that may
-    not be.  :meth:`via` hands the launch to another launcher
+    ``step(*args)`` starts the kept compiled kernel with the runtime arguments
+    ``args`` and returns True, as a :class:`Launched` does; the arguments must be of
+    the specialisation of the first launch's (the call key sees to the inputs, and
+    fresh outputs are aligned).  It returns False, launching nothing, before a GPU
+    has launched it once (always, under the interpreter): then :meth:`anew` launches
+    through :func:`launch` and keeps what it compiled.  Call sites read
+    ``step(*args) or step.anew(*args)``: one Python call on the repeat path.
+    :meth:`via` hands the launch to another launcher
     (:func:`tilebook.ops.library.launch`, which torch.compile traces).
     """
 
-    __slots__ = ("grid", "kernel", "launched", "meta")
+    __slots__ = ("grid", "meta")
 
     def __init__(self, kernel, grid: tuple, meta: dict):
-        self.kernel, self.grid, self.meta, self.launched = kernel, tuple(grid), meta, None
+        super().__init__(kernel, None, -1, ())
+        self.grid, self.meta = tuple(grid), meta
 
-    def __call__(self, *args: Any) -> None:
-        launched = self.launched
-        if launched is None or not launched(*args):
-            again = launch(self.kernel, self.grid, *args, **self.meta)
-            if launched is None:
-                self.launched = again
-
-    def anew(self, *args: Any) -> None:
-        launch(self.kernel, self.grid, *args, **self.meta)
+    def anew(self, *args: Any) -> bool:
+        launched = launch(self._kernel, self.grid, *args, **self.meta)
+        if self.index < 0 and launched is not None:  # the first compiled launch: kept
+            self._run, self.index, self.tail = launched._run, launched.index, launched.tail
+        return True
 
     def via(self, launcher, *args: Any) -> None:
-        launcher(self.kernel, self.grid, *args, **self.meta)
-
-
-# --------------------------------------------------------------------------- older API
-# For ops written against the first version of this module (they remember launches
-# themselves); new code plans its calls (PLANS, Step) instead.
-
-
-def direct_launch_enabled() -> bool:
-    """True where :func:`launch` can return a :class:`Launched` (a GPU)."""
-    return _GPU
-
-
-def launcher_for(kernel, args: tuple, meta: dict):
-    """For a call :func:`launch` made before with arguments keyed like ``args``:
-    ``(go, tail)``, where ``go(grid, (*args, *tail)) -> bool`` launches again (False:
-    launched nothing; take the ordinary path), else None."""
-    if not _GPU:
-        return None
-    prefix = tuple(map(_arg_key, args))
-    items = tuple(sorted(meta.items()))
-    for key, launched in _CACHE.items():
-        if launched and key[0] is kernel and key[2:] == (*prefix, *items):
-            n, grid0 = len(args), key[1]
-
-            def go(grid, full, _l=launched, _g=grid0, _n=n) -> bool:
-                return tuple(grid) == _g and _l(*full[:_n])
-
-            return go, launched.tail
-    return None
+        launcher(self._kernel, self.grid, *args, **self.meta)
