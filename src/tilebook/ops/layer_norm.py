@@ -6,7 +6,7 @@ mean and (biased) variance taken over the last dimension: ``F.layer_norm(x, (N,)
 weight, bias, eps)``; ``weight`` and ``bias`` are each optional.  The kernels share
 out the work as :mod:`tilebook.ops.rms_norm`'s do, and everything around them
 (configuration, plans of repeat calls, checks, the backward's partial sums) is
-:mod:`tilebook.ops.norms`'.  Here: the math, in five kernels of some 330 lines (two
+:mod:`tilebook.ops.norms`'.  Here: the math, in five kernels of some 320 lines (two
 row statistics, two sums over rows and optional parameters make them the longest of
 the norms): the module is longer than 500 lines for them.
 
