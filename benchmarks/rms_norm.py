@@ -221,8 +221,8 @@ def tune(hidden=MAIN_HIDDEN + SWEEP_HIDDEN) -> None:
                         m = _time_bwd(dy, x, w, rstd, rows, warps, per_sm, bwd_bytes)
                         bwd.append((m.gbps, f"rows={rows} warps={warps} progs/SM={per_sm}"))
         for name, res, default in (
-            ("fwd", fwd, op._fwd_config(n_cols)[1:]),
-            ("bwd", bwd, op._bwd_config(n_cols)[1:]),
+            ("fwd", fwd, op.fwd_config(n_cols)[1:]),
+            ("bwd", bwd, op.bwd_config(n_cols)[1:]),
         ):
             res.sort(reverse=True)
             top = "; ".join(f"{g:.0f} GB/s {cfg}" for g, cfg in res[:4])

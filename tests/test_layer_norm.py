@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 import tilebook
 import tilebook.ops.layer_norm as op
+from tilebook._launch import PLANS
 from tilebook.course.aot import compile_kernel
 from tilebook.ops.layer_norm import MAX_HIDDEN, layer_norm
 
@@ -100,7 +101,6 @@ def test_forward_without_masks_when_programs_are_full(device, monkeypatch, shape
     # Rows of a power of two, and a row count that the rows per program divide:
     # the forward drops its masks (EVEN).  One row more and it keeps them.
     n_cols = shape[-1]
-    monkeypatch.setattr(op, "_FAST", {})
     assert op._fwd_plan(torch.empty(shape).view(-1, n_cols), None, None)[2]["EVEN"] is even
     _check(*_inputs(shape, torch.float32, device), torch.float32)
     x, w, b = _inputs(shape, torch.float32, device)
@@ -109,15 +109,23 @@ def test_forward_without_masks_when_programs_are_full(device, monkeypatch, shape
         torch.testing.assert_close(layer_norm(x, w, b).double(), want, **TOL[torch.float32])
 
 
+@pytest.fixture
+def fresh_plans():
+    """Calls planned before the test (or in it), under a table the test changes, are
+    planned anew."""
+    PLANS.clear()
+    yield
+    PLANS.clear()
+
+
 @pytest.mark.parametrize("shape", [(37, 100), (2, 5, 128), (32, 128)])
-def test_forward_that_reads_x_twice(device, monkeypatch, shape):
+def test_forward_that_reads_x_twice(device, monkeypatch, fresh_plans, shape):
     # The second read (RELOAD, tuned for 16384 columns) made to happen at a small
     # width, ragged (100 of 128 columns) and not; several rows per program; the last
     # shape fills every program (EVEN: no masks).
     n_cols = shape[-1]
     block_n = op._fwd_config(n_cols)[0]
     monkeypatch.setattr(op, "_FWD_RELOAD", frozenset({block_n}))
-    monkeypatch.setattr(op, "_FAST", {})
     assert op._fwd_plan(torch.empty(1, n_cols), None, None)[2]["RELOAD"]
     assert op._fwd_plan(torch.empty(shape).view(-1, n_cols), None, None)[2]["EVEN"] == (
         shape == (32, 128)
@@ -424,11 +432,8 @@ def test_every_backward_path_agrees(device, n_cols):
 
 
 def test_repeat_backward_calls(device):
-    """On a GPU (Triton 3.6) the second backward of a kind takes the remembered
-    launches; each must still be right, whichever gradients are asked for."""
-    from tilebook import _launch
-
-    op._BWD_FAST.clear()
+    """The second backward of a kind takes the plan of the first (on a GPU, its
+    compiled launches); each must still be right, whichever gradients are asked for."""
     x, w, b = _inputs((37, 300), torch.float16, device)
     x, w, b = (t.requires_grad_() for t in (x, w, b))
     y = layer_norm(x, w, b)
@@ -441,25 +446,25 @@ def test_repeat_backward_calls(device):
     # Another kind: only the bias needs a gradient, so no dx and no dweight.
     (db,) = torch.autograd.grad(layer_norm(x.detach(), w.detach(), b), (b,), dy)
     torch.testing.assert_close(db.double(), want[2], atol=0.05, rtol=4e-3)
-    assert len(op._BWD_FAST) == (2 if _launch.direct_launch_enabled() else 0)
+    # ... and a later call that wants every gradient again is not given that plan.
+    y = layer_norm(x, w, b)
+    got = torch.autograd.grad(y, (x, w, b), dy)
+    _, *want = _reference(x, w, b, dy)
+    for g, r in zip(got, want, strict=True):
+        torch.testing.assert_close(g.double(), r, atol=0.05, rtol=4e-3)
 
 
 def test_repeat_calls_agree_with_the_first(device):
-    # On a GPU (Triton 3.6) the second call of a kind takes the remembered launch,
-    # with its own eps; elsewhere nothing is remembered.  Every call must be right.
-    from tilebook import _launch
-
+    # The second call of a kind takes the plan of the first (on a GPU, its compiled
+    # launch), with its own eps.  Every call must be right.
     def ref(x, w, b, eps):
         return F.layer_norm(x.double(), (x.shape[-1],), w.double(), b.double(), eps)
 
-    op._FAST.clear()
     x = torch.randn(3, 16, 200, device=device, dtype=torch.float16)
     w = torch.rand(200, device=device, dtype=torch.float16) + 0.5
     b = torch.randn(200, device=device, dtype=torch.float16)
     y = layer_norm(x, w, b, 1e-5)
     torch.testing.assert_close(y.double(), ref(x, w, b, 1e-5), atol=4e-3, rtol=0)
-    remembered = 1 if _launch.direct_launch_enabled() else 0
-    assert len(op._FAST) == remembered
     for eps in (1e-5, 0.5):
         x2 = torch.randn_like(x) * 3
         y2 = layer_norm(x2, w, b, eps)
@@ -473,7 +478,58 @@ def test_repeat_calls_agree_with_the_first(device):
         layer_norm(x2, w, b, -1.0)
     # A parameter that needs grad still gets a graph.
     assert layer_norm(x2, w, b.clone().requires_grad_(), 1e-5).grad_fn is not None
-    assert len(op._FAST) == 2 * remembered
+
+
+def test_repeat_calls_tell_layouts_apart(device, monkeypatch):
+    """Calls of one shape in every layout, twice over: the second round finds a plan
+    for each, and each must be the plan of its own call (strides, strided, misaligned
+    or absent parameters, which gradients, a knob changed), not another's."""
+    base = torch.randn(4, 2, 32, device=device)
+    p_base = torch.randn(2, 66, device=device)
+    xs = {
+        "contiguous": base[:, 0].contiguous(),
+        "row-strided": base[:, 0],
+        "transposed": base[:, 0].t().contiguous().t(),
+        "misaligned": torch.randn(4 * 32 + 1, device=device)[1:].view(4, 32),
+    }
+    params = {
+        "both": (p_base[0, :32] + 1, p_base[1, :32]),
+        "strided": (p_base[0, ::2][:32] + 1, p_base[1, ::2][:32]),
+        "misaligned": (p_base[0, 1:33] + 1, p_base[1, 1:33]),
+        "weight only": (p_base[0, :32] + 1, None),
+        "bias only": (None, p_base[1, :32]),
+        "none": (None, None),
+    }
+    names = ("FWD_CHUNKED_THRESHOLD", "BWD_CHUNKED_THRESHOLD", "CHUNK_FWD", "CHUNK_BWD")
+    knobs = ([getattr(op, name) for name in names], [0, 0, 16, 16])  # whole rows; chunked
+    for _ in range(2):
+        for values in knobs:
+            for name, value in zip(names, values, strict=True):
+                monkeypatch.setattr(op, name, value)
+            threshold = values[0]
+            # Each layout of x with both parameters, each parameter set with a plain x.
+            pairs = [(xn, "both") for xn in xs] + [("contiguous", pn) for pn in params]
+            for xn, pn in pairs:
+                x, (w, b) = xs[xn], params[pn]
+                for grads in ((True, True, True), (False, True, False)):
+                    ins = [t.detach().requires_grad_(g) if t is not None else None
+                           for t, g in zip((x, w, b), grads, strict=True)]  # fmt: skip
+                    y = layer_norm(*ins, 1e-5)
+                    want_ins = [t for t in ins if t is not None and t.requires_grad]
+                    ref_ins = [None if t is None else t.detach().double().requires_grad_()
+                               for t in ins]  # fmt: skip
+                    ref = F.layer_norm(ref_ins[0], (32,), ref_ins[1], ref_ins[2], 1e-5)
+                    msg = f"x {xn}, parameters {pn}, grads {grads}, threshold {threshold}"
+                    torch.testing.assert_close(y.double(), ref, atol=1e-4, rtol=1e-4, msg=msg)
+                    if not want_ins:
+                        continue
+                    dy = torch.randn_like(y)
+                    got = torch.autograd.grad(y, want_ins, dy)
+                    refs = [r for t, r in zip(ins, ref_ins, strict=True)
+                            if t is not None and t.requires_grad]  # fmt: skip
+                    want = torch.autograd.grad(ref, refs, dy.double())
+                    for g, r in zip(got, want, strict=True):
+                        torch.testing.assert_close(g.double(), r, atol=1e-4, rtol=1e-4, msg=msg)
 
 
 # ---------------------------------------------------------------------------
@@ -554,26 +610,24 @@ def test_compiles_for_sm90_without_spills(kernel, n_cols):
 
 @pytest.mark.parametrize("kernel", ["fwd_chunked", "bwd_dot", "bwd_chunked"])
 def test_chunked_kernels_compile_for_sm90_without_spills(kernel):
-    n_cols = 65536
+    # The settings the launchers plan for rows of 65536, with a weight and a bias.
+    x = torch.empty(8, 65536, device="meta", dtype=torch.bfloat16)
+    w = x[0]
+    dot, bwd = (step.meta for step in op._bwd_plan(x, w, (True, True), chunked=True).steps[:2])
+    meta = {"fwd_chunked": op._fwd_plan(x, w, w, chunked=True)[2], "bwd_dot": dot,
+            "bwd_chunked": bwd}  # fmt: skip
+    constexprs = dict(meta[kernel])
+    warps = constexprs.pop("num_warps")
+    ptrs = {k: v for k, v in _PTRS_BWD.items() if k not in ("dx_ptr", "partial_ptr")}
     if kernel == "fwd_chunked":
-        block_n, warps, _ = op._fwd_chunked_config(n_cols)
         sig = {**_PTRS_FWD, **dict.fromkeys(_INTS_FWD, "i32"), "eps": "fp32"}
-        constexprs = {"BLOCK_N": block_n, "HAS_W": True, "HAS_B": True}
+    elif kernel == "bwd_dot":
+        ints = ["n_rows", "n_cols", "dy_row_stride", "x_row_stride"]
+        sig = {**ptrs, "dot_ptr": "*fp32", **dict.fromkeys(ints, "i32")}
     else:
-        block_n, rows, warps, _ = op._bwd_chunked_config(n_cols)
-        ptrs = {k: v for k, v in _PTRS_BWD.items() if k not in ("dx_ptr", "partial_ptr")}
-        if kernel == "bwd_dot":
-            ints = ["n_rows", "n_cols", "dy_row_stride", "x_row_stride"]
-            sig = {**ptrs, "dot_ptr": "*fp32", **dict.fromkeys(ints, "i32")}
-            constexprs = {"BLOCK_N": block_n, "HAS_W": True}
-            warps = op._warps(block_n, block_n)
-        else:
-            ints = ["n_rows", "n_cols", "n_dots", *_INTS_BWD[2:]]
-            sig = {**ptrs, "dot_ptr": "*fp32", "dx_ptr": "*bf16", "partial_ptr": "*fp32"}
-            sig |= dict.fromkeys(ints, "i32")
-            n_dots = n_cols // block_n
-            constexprs = {"BLOCK_N": block_n, "ROWS": rows, "DOTS": n_dots, "HAS_W": True}
-            constexprs |= {"NEED_DW": True, "NEED_DB": True}
+        ints = ["n_rows", "n_cols", "n_dots", *_INTS_BWD[2:]]
+        sig = {**ptrs, "dot_ptr": "*fp32", "dx_ptr": "*bf16", "partial_ptr": "*fp32"}
+        sig |= dict.fromkeys(ints, "i32")
     k = compile_kernel(
         f"tilebook.ops.layer_norm:layer_norm_{kernel}_kernel",
         sig,

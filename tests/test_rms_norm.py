@@ -16,7 +16,7 @@ import torch.nn.functional as F
 import tilebook
 import tilebook.ops.rms_norm as op
 from tilebook.course.aot import compile_kernel
-from tilebook.ops.rms_norm import MAX_HIDDEN, _bwd_config, _fwd_config, rms_norm
+from tilebook.ops.rms_norm import MAX_HIDDEN, bwd_config, fwd_config, rms_norm
 
 EPS = 1e-6
 HIDDEN = [1, 7, 64, 1000, 4096]
@@ -314,11 +314,11 @@ _PTRS_BWD = {
 @pytest.mark.parametrize(("kernel", "even"), [("fwd", True), ("fwd", False), ("bwd", None)])
 def test_compiles_for_sm90_without_spills(kernel, even, n_cols):
     if kernel == "fwd":
-        block_n, rows, warps = _fwd_config(n_cols)
+        block_n, rows, warps = fwd_config(n_cols)
         ints = ["n_rows", "n_cols", "x_row_stride", "y_row_stride"]
         sig = {**_PTRS_FWD, **dict.fromkeys(ints, "i32"), "eps": "fp32"}
     else:
-        block_n, rows, warps, _ = _bwd_config(n_cols)
+        block_n, rows, warps, _ = bwd_config(n_cols)
         ints = ["n_rows", "n_cols", "dy_row_stride", "x_row_stride", "dx_row_stride"]
         sig = {**_PTRS_BWD, **dict.fromkeys(ints, "i32")}
     k = compile_kernel(
@@ -362,24 +362,22 @@ _INTS_BWD_CHUNKED = ["n_rows", "n_cols", "n_dots", "dy_row_stride", "x_row_strid
     ],
 )
 def test_chunked_kernels_compile_for_sm90_without_spills(kernel, n_cols):
-    """The chunked kernels at their default settings: registers scale with the chunk, not
-    with ``H`` (only the backward's ``DOTS`` grows with it)."""
+    """The chunked kernels at their default settings (as the launchers plan them):
+    registers scale with the chunk, not with ``H`` (only the backward's ``DOTS`` grows
+    with it)."""
+    x = torch.empty(8, n_cols, device="meta", dtype=torch.bfloat16)
+    dot, bwd = (step.meta for step in op._bwd_plan(x, chunked=True).steps[:2])
+    meta = {"fwd_chunked": op._fwd_plan(x, chunked=True)[2], "bwd_dot": dot, "bwd_chunked": bwd}
+    constexprs = dict(meta[kernel])
+    warps = constexprs.pop("num_warps")
     if kernel == "fwd_chunked":
-        block_n, warps, _ = op._fwd_chunked_config(n_cols)
         ints = ["n_rows", "n_cols", "x_row_stride", "y_row_stride"]
         sig = {**_PTRS_FWD, **dict.fromkeys(ints, "i32"), "eps": "fp32"}
-        constexprs = {"BLOCK_N": block_n}
-    else:
-        block_n, rows, warps, _ = op._bwd_chunked_config(n_cols)
+    elif kernel == "bwd_dot":
         ptrs = {k: v for k, v in _PTRS_BWD.items() if k in ("dy_ptr", "x_ptr", "w_ptr")}
-        if kernel == "bwd_dot":
-            sig = {**ptrs, "dot_ptr": "*fp32", **dict.fromkeys(_INTS_BWD_DOT, "i32")}
-            constexprs = {"BLOCK_N": block_n}
-            warps = op._warps(block_n, block_n)
-        else:
-            sig = {**_PTRS_BWD, "dot_ptr": "*fp32", **dict.fromkeys(_INTS_BWD_CHUNKED, "i32")}
-            n_dots = -(-n_cols // block_n)
-            constexprs = {"BLOCK_N": block_n, "ROWS": rows, "DOTS": 1 << (n_dots - 1).bit_length()}
+        sig = {**ptrs, "dot_ptr": "*fp32", **dict.fromkeys(_INTS_BWD_DOT, "i32")}
+    else:
+        sig = {**_PTRS_BWD, "dot_ptr": "*fp32", **dict.fromkeys(_INTS_BWD_CHUNKED, "i32")}
     k = compile_kernel(
         f"tilebook.ops.rms_norm:rms_norm_{kernel}_kernel",
         sig,
@@ -397,19 +395,14 @@ def test_chunked_kernels_compile_for_sm90_without_spills(kernel, n_cols):
 
 
 def test_repeat_calls_agree_with_the_first(device):
-    # On a GPU (Triton 3.6) the second call of a kind takes the remembered launch,
-    # with its own eps; elsewhere nothing is remembered.  Every call must be right.
-    from tilebook import _launch
-
+    # The second call of a kind takes the plan of the first (and, on a GPU, its
+    # compiled launch), with its own eps.  Every call must be right.
     def ref(x, w, eps):
         return F.rms_norm(x.double(), (x.shape[-1],), w.double(), eps)
 
-    op._FAST.clear()
     x = torch.randn(3, 16, 200, device=device, dtype=torch.float16)
     w = torch.rand(200, device=device, dtype=torch.float16) + 0.5
     torch.testing.assert_close(rms_norm(x, w, 1e-6).double(), ref(x, w, 1e-6), atol=3e-3, rtol=0)
-    remembered = 1 if _launch.direct_launch_enabled() else 0
-    assert len(op._FAST) == remembered
     for eps in (1e-6, 0.5):
         x2 = torch.randn_like(x) * 0.1
         y2 = rms_norm(x2, w, eps)
@@ -418,20 +411,47 @@ def test_repeat_calls_agree_with_the_first(device):
     # Bad eps still raises; a weight that needs grad still gets a graph.
     with pytest.raises(ValueError, match="eps"):
         rms_norm(x2, w, -1.0)
+    with pytest.raises(TypeError, match="eps"):
+        rms_norm(x2, w, "0.1")
     assert rms_norm(x2, w.clone().requires_grad_(), 1e-6).grad_fn is not None
-    assert len(op._FAST) == remembered
 
 
-def test_repeat_calls_with_a_strided_weight(device):
-    # The kernels read weight with unit stride; a strided weight is copied first, and
-    # a repeat call must not skip that copy.
-    op._FAST.clear()
-    x = torch.randn(8, 100, device=device, dtype=torch.float16)
-    w = (torch.rand(200, device=device, dtype=torch.float16) + 0.5)[::2]
-    ref = F.rms_norm(x.double(), (100,), w.double(), 1e-6)
-    for _ in range(3):
-        torch.testing.assert_close(rms_norm(x, w, 1e-6).double(), ref, atol=3e-3, rtol=0)
-    assert len(op._FAST) == 0
+def test_repeat_calls_tell_layouts_apart(device, monkeypatch):
+    """Calls of one shape in every layout, twice over: the second round finds a plan
+    for each, and each must be the plan of its own layout (strides, a strided or
+    misaligned weight, with and without grad, a knob changed), not another's."""
+    base = torch.randn(4, 2, 32, device=device)
+    w_base = torch.rand(66, device=device) + 0.5
+    xs = {
+        "contiguous": base[:, 0].contiguous(),
+        "row-strided": base[:, 0],
+        "transposed": base[:, 0].t().contiguous().t(),
+        "misaligned": torch.randn(4 * 32 + 1, device=device)[1:].view(4, 32),
+    }
+    ws = {"contiguous": w_base[:32], "strided": w_base[::2][:32], "misaligned": w_base[1:33]}
+    names = ("FWD_CHUNKED_THRESHOLD", "BWD_CHUNKED_THRESHOLD", "CHUNK_FWD", "CHUNK_BWD")
+    knobs = ([getattr(op, name) for name in names], [0, 0, 16, 16])  # whole rows; chunked
+    for _ in range(2):
+        for values in knobs:
+            for name, value in zip(names, values, strict=True):
+                monkeypatch.setattr(op, name, value)
+            threshold = values[0]
+            # Each layout of x with a plain weight, each weight with a plain x.
+            pairs = [(xn, "contiguous") for xn in xs] + [("contiguous", wn) for wn in ws]
+            for xn, wn in pairs:
+                x, w = xs[xn], ws[wn]
+                x = x.detach().requires_grad_()
+                w = w.detach().requires_grad_()
+                with torch.no_grad():
+                    y0 = rms_norm(x, w, 0.5)
+                y = rms_norm(x, w, EPS)
+                dy = torch.randn_like(y)
+                dx, dw = torch.autograd.grad(y, (x, w), dy)
+                y64, dx64, dw64 = _reference(x, w, dy)
+                want0 = F.rms_norm(x.double(), (32,), w.double(), 0.5)
+                msg = f"x {xn}, weight {wn}, threshold {threshold}"
+                for got, want in ((y0, want0), (y, y64), (dx, dx64), (dw, dw64)):
+                    torch.testing.assert_close(got.double(), want, atol=1e-4, rtol=1e-4, msg=msg)
 
 
 @pytest.mark.gpu

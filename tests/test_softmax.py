@@ -343,14 +343,12 @@ def test_kernels_compile_for_sm90():
 def test_repeat_calls_agree_with_the_first(device):
     # On a GPU (Triton 3.6) the second call of a kind takes the remembered launch;
     # elsewhere nothing is remembered.  Either way every call must be right.
-    from tilebook import _launch
-
     sm._FAST.clear()
     x = torch.randn(48, 1000, device=device, dtype=torch.float16)
     torch.testing.assert_close(
         sm.softmax(x).float(), torch.softmax(x.float(), -1), atol=2e-3, rtol=0
     )
-    remembered = 1 if _launch.direct_launch_enabled() else 0
+    remembered = 1 if tilebook.is_gpu() else 0
     assert len(sm._FAST) == remembered
     for _ in range(2):
         x2 = torch.randn_like(x) * 3

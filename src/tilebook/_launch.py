@@ -14,11 +14,17 @@ for arguments *of the same specialisation* (same dtypes, same 16-byte alignment 
 pointers, same integer values, same constexprs).  :func:`launch` itself remembers
 what it compiled under a key of exactly those properties (:func:`launch_key`), so
 repeated calls with plain tensors, tensor descriptors and numbers take the short route
-with no help from the caller; an op
-that keys its own repeat calls (on shapes, strides, dtypes, device and alignment)
-keeps the :class:`Launched` in a :class:`Memo` and skips even :func:`launch`.
+with no help from the caller.
 
-The key is deliberately finer than Triton's: integers by value (Triton only asks
+An op whose calls must cost less host time still (a memory-bound op on small inputs)
+skips even that key, the same way in every op: it keys the call on what decides its
+launches (:func:`call_key`: shapes, strides, dtypes, device, 16-byte alignment, the
+module's knobs), plans the call once per key (which kernels, grids and constexprs, the
+outputs' shapes) and keeps the plan in :data:`PLANS`.  A plan's launches are
+:class:`Step` objects: the first call goes through :func:`launch`, later ones start
+the kept :class:`Launched` directly (the call key guarantees the specialisation).
+
+The launch key is deliberately finer than Triton's: integers by value (Triton only asks
 whether one is 1, divisible by 16 and fits 32 bits) and pointers by their address
 modulo 16 (Triton asks whether it is 0), tensor descriptors by their whole layout
 (Triton asks for the dtype and the block shape).  Whatever Triton would compile apart,
@@ -42,8 +48,11 @@ from . import runtime
 
 __all__ = [
     "PLAIN_TENSORS",
+    "PLANS",
     "Launched",
     "Memo",
+    "Step",
+    "call_key",
     "device_guard",
     "ensure_cuda_context",
     "launch",
@@ -294,7 +303,7 @@ def launch(kernel, grid: tuple[int, ...], *args: Any, **meta: Any) -> Launched |
 
 
 class Memo(dict):
-    """An op's remembered repeat calls: call key -> whatever replays the call.
+    """Remembered repeat calls: call key -> whatever replays the call (:data:`PLANS`).
 
     Bounded: past ``limit`` entries it starts over rather than grow without end (a
     model with many shapes pays a slow call per shape again, nothing worse).
@@ -304,36 +313,61 @@ class Memo(dict):
         super().__init__()
         self.limit = limit
 
-    def remember(self, key, value) -> None:
+    def remember(self, key, value):
+        """``value``, kept under ``key``."""
         if len(self) >= self.limit:
             self.clear()
         self[key] = value
+        return value
 
 
-# --------------------------------------------------------------------------- older API
-# For ops written against the first version of this module (they remember launches
-# themselves); new code keeps the Launched that launch() returns instead.
+# --------------------------------------------------------------------------- plans
+
+#: Every op's plans of its calls, by call key (:func:`call_key`, led by something of
+#: the op's own, such as its planning function, so that ops never share a key).
+PLANS = Memo(4096)
 
 
-def direct_launch_enabled() -> bool:
-    """True where :func:`launch` can return a :class:`Launched` (a GPU)."""
-    return _GPU
+def call_key(a: torch.Tensor, b: torch.Tensor | None, c: torch.Tensor | None, *knobs) -> tuple:
+    """A call key: the layout of up to three tensors (shape, strides, dtype, device,
+    address modulo 16; None where absent), then ``knobs`` as they are (something of
+    the op's own first, such as its planning function, then its settings).  Only for
+    tensors :func:`plain` says yes to.  Written out rather than looped over its
+    arguments: it runs on every repeat call, and the loop cost half as much again."""
+    return (
+        a.shape, a.stride(), a.dtype, a.device, a.data_ptr() & 15,
+        None if b is None else (b.shape, b.stride(), b.dtype, b.device, b.data_ptr() & 15),
+        None if c is None else (c.shape, c.stride(), c.dtype, c.device, c.data_ptr() & 15),
+        *knobs,
+    )  # fmt: skip
 
 
-def launcher_for(kernel, args: tuple, meta: dict):
-    """For a call :func:`launch` made before with arguments keyed like ``args``:
-    ``(go, tail)``, where ``go(grid, (*args, *tail)) -> bool`` launches again (False:
-    launched nothing; take the ordinary path), else None."""
-    if not _GPU:
-        return None
-    prefix = tuple(map(_arg_key, args))
-    items = tuple(sorted(meta.items()))
-    for key, launched in _CACHE.items():
-        if launched and key[0] is kernel and key[2:] == (*prefix, *items):
-            n, grid0 = len(args), key[1]
+class Step(Launched):
+    """One launch of a plan: the kernel, its grid and constexprs (fixed by the plan's
+    call key) and, once a GPU has launched it, the compiled kernel to start again.
 
-            def go(grid, full, _l=launched, _g=grid0, _n=n) -> bool:
-                return tuple(grid) == _g and _l(*full[:_n])
+    ``step(*args)`` starts the kept compiled kernel with the runtime arguments
+    ``args`` and returns True, as a :class:`Launched` does; the arguments must be of
+    the specialisation of the first launch's (the call key sees to the inputs, and
+    fresh outputs are aligned).  It returns False, launching nothing, before a GPU
+    has launched it once (always, under the interpreter): then :meth:`anew` launches
+    through :func:`launch` and keeps what it compiled.  Call sites read
+    ``step(*args) or step.anew(*args)``: one Python call on the repeat path.
+    :meth:`via` hands the launch to another launcher
+    (:func:`tilebook.ops.library.launch`, which torch.compile traces).
+    """
 
-            return go, launched.tail
-    return None
+    __slots__ = ("grid", "meta")
+
+    def __init__(self, kernel, grid: tuple, meta: dict):
+        super().__init__(kernel, None, -1, ())
+        self.grid, self.meta = tuple(grid), meta
+
+    def anew(self, *args: Any) -> bool:
+        launched = launch(self._kernel, self.grid, *args, **self.meta)
+        if self.index < 0 and launched is not None:  # the first compiled launch: kept
+            self._run, self.index, self.tail = launched._run, launched.index, launched.tail
+        return True
+
+    def via(self, launcher, *args: Any) -> None:
+        launcher(self._kernel, self.grid, *args, **self.meta)

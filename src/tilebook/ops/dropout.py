@@ -33,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._launch import device_guard, direct_launch_enabled, launch, launcher_for
+from .._launch import PLANS, Step, call_key, device_guard, launch
 from ..validation import check_tensor
 from . import library
 
@@ -182,44 +182,26 @@ def _plan(x, groups=None, num_warps=None) -> tuple[tuple[int], dict]:
 # Host time.  Through autograd, the backward of a 16384 x 4096 bf16 dropout took
 # 150 us against the bare kernel's 98 (H100): the Python around the launch (a
 # Function's backward, Triton's launch key) outlasted do_bench's cache flush.  So a
-# launch of the default configuration keeps its direct launcher under the key of
-# what the kernel was specialised on (size, dtype, device, alignment, and the seed's
-# integer width: seed and threshold are not specialised on), and later ones with the
-# same key only allocate the output and launch.
-_FAST: dict[tuple, object] = {}
-_FAST_LIMIT = 1024
+# call of the default configuration is planned once per call key (_launch.PLANS: the
+# layout of x and the seed's integer width; seed and threshold are not specialised
+# on), and later ones with the same key only allocate the output and launch.
 
 
 def _apply(x: torch.Tensor, p: float, seed: int) -> torch.Tensor:
-    """:func:`launch_dropout` with the default configuration, remembered for repeats."""
-    key = (x.numel(), x.dtype, x.device, x.data_ptr() % 16 == 0, seed < 2**31)
-    run = _FAST.get(key)
-    if run is not None:
-        y = run(x, p, seed)
-        if y is not None:
-            return y
-    y = launch_dropout(x, p, seed)
-    if x.is_cuda and x.numel() and len(_FAST) < _FAST_LIMIT and direct_launch_enabled():
-        _remember(key, x, y, p, seed)
-    return y
-
-
-def _remember(key, x, y, p, seed) -> None:
-    grid, meta = _plan(x)
+    """:func:`launch_dropout` of a contiguous ``x`` with the default configuration."""
+    key = call_key(x, None, None, _apply, seed < 2**31)
+    step = PLANS.get(key)
+    if step is None:
+        step = PLANS.remember(key, Step(dropout_kernel, *_plan(x)))
+    y = torch.empty_like(x)
     n = x.numel()
-    found = launcher_for(dropout_kernel, (x, y, n, seed, _threshold_bits(p), _scale(p)), meta)
-    if found is None:
-        return
-    go, tail = found
-
-    def run(t: torch.Tensor, p: float, seed: int) -> torch.Tensor | None:
-        out = torch.empty_like(t)
-        if out.data_ptr() % 16:
-            return None
-        ok = go(grid, (t, out, n, seed, _threshold_bits(p), _scale(p), *tail))
-        return out if ok else None
-
-    _FAST[key] = run
+    if n:
+        args = (x, y, n, seed, _threshold_bits(p), _scale(p))
+        if y.data_ptr() & 15:  # fresh tensors are aligned, as at the plan's first launch
+            step.anew(*args)
+        else:
+            step(*args) or step.anew(*args)
+    return y
 
 
 class DropoutFunction(torch.autograd.Function):

@@ -1,44 +1,27 @@
-"""LayerNorm, forward and backward, as one ``torch.autograd.Function``.
+"""LayerNorm, forward and backward: its kernels, one launcher per direction, its
+autograd and its ``torch.library`` operator.
 
 ``y = (x - mean) * rstd * weight + bias`` with ``rstd = 1 / sqrt(var + eps)``, the
 mean and (biased) variance taken over the last dimension: ``F.layer_norm(x, (N,),
-weight, bias, eps)``.  ``weight`` and ``bias`` are each optional.  One file holds
-the kernels, their launchers and the autograd glue; it follows
-:mod:`tilebook.ops.rms_norm`, whose structure it shares.
+weight, bias, eps)``; ``weight`` and ``bias`` are each optional.  The kernels share
+out the work as :mod:`tilebook.ops.rms_norm`'s do, and everything around them
+(configuration, plans of repeat calls, checks, the backward's partial sums) is
+:mod:`tilebook.ops.norms`'.  Here: the math, in five kernels of some 320 lines (two
+row statistics, two sums over rows and optional parameters make them the longest of
+the norms): the module is longer than 500 lines for them.
 
-* Forward: one pass.  A program loads whole rows into registers, takes the mean,
-  then the variance of ``x - mean`` (two reductions over registers, so no
-  cancellation), and writes ``y``; ``x`` is read from memory once.  ``mean`` and
-  ``rstd`` (fp32, one each per row) are kept for the backward pass.
-* Backward: ``dx = rstd * (g - mean(g) - x_hat * mean(g * x_hat))`` with
-  ``g = dy * weight``, row by row, and ``dweight = sum(dy * x_hat)``, ``dbias =
-  sum(dy)``, sums over *all* rows.  No atomics or locks: a persistent grid (a few
-  programs per SM) walks the rows, each program adds its rows' contributions into
-  fp32 accumulators that stay in registers and writes them once, as one row of a
-  ``(programs, 2, N)`` buffer; :func:`tilebook.ops.partials.sum_partials_kernel` adds that
-  small buffer up (always in the same order: deterministic) and casts it.
-
-  The two accumulators cost registers: at 16384 columns a program holding whole
-  rows of ``x`` and ``dy`` *and* both accumulators spills.  One way out is kept
-  as an option (``col_splits``), though it measured slower than the chunked
-  kernels: ``COL_SPLITS`` programs share a row, each reading the whole row for the
-  two row sums but keeping the accumulators and writing ``dx`` only for its share
-  of the columns (the second read of a row is meant to hit L2).
-
-**Long rows** (more than :data:`FWD_CHUNKED_THRESHOLD` columns forward,
-:data:`BWD_CHUNKED_THRESHOLD` backward) take chunked kernels whose registers scale
-with a chunk, not with ``N``, as in :mod:`tilebook.ops.rms_norm`:
-
-* Forward (:func:`layer_norm_fwd_chunked_kernel`): a persistent program walks a
-  row twice.  The first walk sums ``x - k`` and ``(x - k)**2`` lane by lane, with
-  ``k`` the mean of the row's first chunk: a shift close to the mean keeps the
-  one-pass variance ``E[(x-k)^2] - E[x-k]^2`` free of cancellation.  The second
-  walk (newest chunk first: the likeliest still in L2) writes ``y``.
-* Backward, in two kernels: :func:`layer_norm_bwd_dot_kernel` writes each (row,
-  chunk)'s ``sum(g)`` and ``sum(g * x_hat)``; :func:`layer_norm_bwd_chunked_kernel`
-  splits ``N`` across programs, each owning one column chunk and a share of the
-  rows, adds up its rows' partial sums, writes ``dx`` and keeps ``dweight`` and
-  ``dbias`` for its columns in registers.
+* Forward: the mean, then the variance of ``x - mean`` (two reductions over
+  registers, so no cancellation); ``mean`` and ``rstd`` (fp32, per row) are kept.
+  Long rows (:func:`layer_norm_fwd_chunked_kernel`): the first walk sums ``x - k``
+  and ``(x - k)**2`` lane by lane, ``k`` the mean of the row's first chunk (a shift
+  close to the mean keeps ``E[(x-k)^2] - E[x-k]^2`` free of cancellation); the second
+  (newest chunk first) writes ``y``.
+* Backward: ``dx = rstd * (g - mean(g) - x_hat * mean(g * x_hat))`` with ``g = dy *
+  weight``; ``dweight = sum(dy * x_hat)`` and ``dbias = sum(dy)`` over all rows.  The
+  two accumulators cost registers, so at 16384 columns whole rows spill; one way out
+  is kept as an option (``col_splits``: programs sharing a row, each keeping the
+  accumulators for its share of the columns), though the chunked kernels
+  (:func:`layer_norm_bwd_dot_kernel`, :func:`layer_norm_bwd_chunked_kernel`) beat it.
 
 All arithmetic is fp32 whatever the storage dtype.  A constant row has variance 0
 and ``x_hat = 0``: ``y = bias`` (finite, as ``eps > 0``).
@@ -52,17 +35,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .._launch import (
-    device_guard,
-    direct_launch_enabled,
-    launch,
-    launcher_for,
-    plain,
-    sm_count,
-)
-from ..validation import check_tensor
-from . import library
-from .partials import SUM_BLOCK_C, SUM_BLOCK_P, sum_partials_grid, sum_partials_kernel
+from .._launch import PLANS, call_key, plain
+from . import library, norms
+from .norms import MAX_HIDDEN
+from .partials import sum_partials_kernel
 from .rows import load_rows, store_rows
 
 __all__ = [
@@ -82,9 +58,6 @@ __all__ = [
     "layer_norm_fwd_chunked_kernel",
     "layer_norm_fwd_kernel",
 ]
-
-#: Largest hidden size: it only keeps launch sizes sane (long rows are chunked).
-MAX_HIDDEN = 1 << 20
 
 #: Rows longer than this take the chunked forward (whole rows in registers start
 #: to spill past 32768 columns, as in rms_norm).  Module-level so tests can lower it.
@@ -424,20 +397,15 @@ def layer_norm_bwd_chunked_kernel(
 
 
 # ---------------------------------------------------------------------------
-# Launch configuration
+# Launchers: configuration, then one launcher per direction
 # ---------------------------------------------------------------------------
 
-
-def _warps(tile: int, block_n: int) -> int:
-    # About 16 values per thread: 16-byte loads, and no spills.  Past 16 warps the
-    # block-wide reductions cost more than they save, except for very long rows.
-    return min(32 if block_n > 16384 else 16, max(1, tile // 512))
-
+_OP = "layer_norm"
 
 # Winners of `benchmarks/layer_norm.py --tune` (H100, bf16, 2**26 elements, triton
-# 3.6) where they differ from the rules below; every other candidate was within 2%.
-# At 1024 every setting is at the copy bandwidth, torch.compile's too; one row per
-# program of 4 warps was the one ahead of it beyond the rounds' spread (1%).
+# 3.6) where they differ from the rules of tilebook.ops.norms; every other candidate
+# was within 2%.  At 1024 every setting is at the copy bandwidth, torch.compile's
+# too; one row per program of 4 warps was the one ahead of it beyond the spread (1%).
 _FWD_TUNED = {1024: (1, 4)}  # rows per program, num_warps
 # Widths whose forward reads x a second time for y, as Inductor's kernel does: at
 # 4096 x 16384 it took 94.6 us against 96.0 keeping x in registers and 95.5 for
@@ -448,84 +416,54 @@ _BWD_TUNED = {2048: (2, 8, 2)}  # rows per step, num_warps, programs per SM
 
 
 def _fwd_config(n_cols: int) -> tuple[int, int, int]:
-    """(BLOCK_N, rows per program, num_warps) for :func:`layer_norm_fwd_kernel`.
-
-    Short rows are grouped until a program moves about 4096 elements, enough bytes
-    in flight per program to keep the memory system busy (rms_norm's rule).
-    """
-    block_n = 1 << (n_cols - 1).bit_length()
-    if block_n in _FWD_TUNED:
-        return (block_n, *_FWD_TUNED[block_n])
-    rows = min(16, max(1, 4096 // block_n))
-    return block_n, rows, _warps(rows * block_n, block_n)
-
-
-#: Resident warps per SM that the persistent backward grid aims for.
-BWD_WARPS_PER_SM = 16
+    """(BLOCK_N, rows per program, num_warps) for :func:`layer_norm_fwd_kernel`."""
+    block_n, rows, warps = norms.fwd_rule(n_cols)
+    return (block_n, *_FWD_TUNED.get(block_n, (rows, warps)))
 
 
 def _bwd_config(n_cols: int) -> tuple[int, int, int, int, int]:
     """(BLOCK_N, rows per loop step, num_warps, programs per SM, column splits) for
-    :func:`layer_norm_bwd_kernel`.
-
-    rms_norm's rule: short rows grouped half as far as in the forward; the grid
-    holds :data:`BWD_WARPS_PER_SM` warps per SM.  No column splits: they measured
-    slower wherever whole rows fit, and past that the chunked kernels beat them.
-    """
+    :func:`layer_norm_bwd_kernel`.  No column splits: they measured slower wherever
+    whole rows fit, and past that the chunked kernels beat them."""
     # Column splits against whole rows (H100, bf16): 966 against 2249 GB/s at 8192
     # columns, 1666 against 2250 at 4096.
-    block_n = 1 << (n_cols - 1).bit_length()
-    if block_n in _BWD_TUNED:
-        return (block_n, *_BWD_TUNED[block_n], 1)
-    rows = min(8, max(1, 2048 // block_n))
-    warps = _warps(rows * block_n, block_n)
-    return block_n, rows, warps, max(1, BWD_WARPS_PER_SM // warps), 1
+    block_n, *rule = norms.bwd_rule(n_cols)
+    return (block_n, *_BWD_TUNED.get(block_n, rule), 1)
 
 
-def _grid_size(x: torch.Tensor, n_blocks: int, programs_per_sm: int) -> int:
-    """Programs of a persistent grid: ``programs_per_sm`` per SM, no more than blocks."""
-    # Under the interpreter a handful of programs exercises the partial-sum path
-    # without making the (serial) interpreter slow.
-    sms = sm_count(x.device) if x.is_cuda else 4
-    return max(1, min(n_blocks, sms * programs_per_sm))
+def _bwd_rule(n_cols: int) -> tuple[int, int, int, int]:
+    return _bwd_config(n_cols)[:4]
 
 
-def _fwd_chunked_config(n_cols: int) -> tuple[int, int, int]:
-    """(BLOCK_N, num_warps, programs per SM) for :func:`layer_norm_fwd_chunked_kernel`.
-
-    rms_norm's chunked forward loads 32768-wide chunks with 32 warps, one program
-    per SM; this one keeps two lane-wise sums instead of one, which at 32 values per
-    thread spills (152 bytes), so it takes 16384-wide chunks: 16 values per thread.
-    """
-    block_n = min(CHUNK_FWD, 1 << (n_cols - 1).bit_length())
-    return block_n, max(1, min(32, block_n // 512)), 1
-
-
-def _bwd_chunked_config(n_cols: int) -> tuple[int, int, int, int]:
-    """(BLOCK_N, rows per loop step, num_warps, programs per SM) for
-    :func:`layer_norm_bwd_chunked_kernel`: the short-row rules for rows of one chunk."""
-    return _bwd_config(min(CHUNK_BWD, 1 << (n_cols - 1).bit_length()))[:4]
-
-
-def _pow2(v: int) -> bool:
-    return v > 0 and v & (v - 1) == 0
+def _fwd_plan(x, weight, bias, rows=None, num_warps=None, chunked=None, chunk=None,
+              per_sm=None):  # fmt: skip
+    """(kernel, grid, constexprs and options) of the forward launch for a 2-D ``x``."""
+    n_cols = x.shape[1]
+    flags = {"HAS_W": weight is not None, "HAS_B": bias is not None}
+    if n_cols > FWD_CHUNKED_THRESHOLD if chunked is None else chunked:
+        # rms_norm's chunked forward loads 32768-wide chunks with 32 warps; this one
+        # keeps two lane-wise sums instead of one, which at 32 values per thread spills
+        # (152 bytes), so it takes 16384-wide chunks: 16 values per thread.
+        kernel = layer_norm_fwd_chunked_kernel
+        return norms.chunked_fwd_plan(_OP, x, kernel, CHUNK_FWD, 512, flags, rows, num_warps,
+                                      chunk, per_sm)  # fmt: skip
+    block_n, def_rows, def_warps = _fwd_config(n_cols)
+    flags["RELOAD"] = block_n in _FWD_RELOAD
+    return norms.row_fwd_plan(_OP, x, layer_norm_fwd_kernel, block_n, rows or def_rows,
+                              num_warps or def_warps, flags)  # fmt: skip
 
 
-def _check_config(rows: int, num_warps: int) -> None:
-    if not _pow2(rows):
-        raise ValueError(f"layer_norm: rows per program must be a power of two, got {rows}")
-    if num_warps not in (1, 2, 4, 8, 16, 32):
-        raise ValueError(f"layer_norm: num_warps must be a power of two up to 32, got {num_warps}")
+def _plan(x: torch.Tensor, weight, bias, *settings) -> norms.FwdPlan:
+    """The forward plan of a call on ``x`` (any shape and strides)."""
+    x2 = norms.as_rows(x, x.shape[-1])
+    launch = _fwd_plan(x2, weight, bias, *settings) if x2.numel() else None
+    direct = x2 is x or x2.data_ptr() == x.data_ptr()  # a view of x, not a copy
+    return norms.FwdPlan(launch, x, x2, (2, x2.shape[0]), direct)
 
 
-def _check_chunk(chunk: int) -> None:
-    if not _pow2(chunk):
-        raise ValueError(f"layer_norm: the chunk width must be a power of two, got {chunk}")
-
-
-# ---------------------------------------------------------------------------
-# Launchers
-# ---------------------------------------------------------------------------
+def _params(x, weight, bias) -> tuple:
+    # An absent weight or bias is never read (HAS_W / HAS_B False): x keeps the signature.
+    return (x if weight is None else weight, x if bias is None else bias)
 
 
 def launch_layer_norm_fwd(
@@ -539,6 +477,7 @@ def launch_layer_norm_fwd(
     chunked: bool | None = None,
     chunk: int | None = None,
     programs_per_sm: int | None = None,
+    via=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the forward kernel on a checked 2-D ``x`` with unit column stride.
 
@@ -546,58 +485,32 @@ def launch_layer_norm_fwd(
     fp32 of shape ``(2, n_rows)`` holding each row's mean and rstd.  ``chunked``
     picks the kernel (default: the chunked one for rows longer than
     :data:`FWD_CHUNKED_THRESHOLD`); the other keywords override the heuristic.
+    ``via``: the launcher (default: :func:`tilebook._launch.launch`).
     """
-    n_rows, n_cols = x.shape
-    y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
-    stats = torch.empty((2, n_rows), dtype=torch.float32, device=x.device)
-    if x.numel() == 0:
-        return y, stats
-    kernel, grid, meta = _fwd_plan(
-        x, weight, bias, rows_per_program, num_warps, chunked, chunk, programs_per_sm
-    )
-    with device_guard(x):
-        launch(
-            kernel, grid,
-            x, _or(weight, x), _or(bias, x), y, stats,
-            n_rows, n_cols, x.stride(0), y.stride(0), eps, **meta,
-        )  # fmt: skip
+    settings = (rows_per_program, num_warps, chunked, chunk, programs_per_sm)
+    launch = _fwd_plan(x, weight, bias, *settings) if x.numel() else None
+    plan = norms.FwdPlan(launch, x, x, (2, x.shape[0]), True)
+    y, stats, _ = norms.forward(plan, x, _params(x, weight, bias), eps, via)
     return y, stats
 
 
-def _or(t: torch.Tensor | None, other: torch.Tensor) -> torch.Tensor:
-    # An absent weight or bias is never read (HAS_W / HAS_B is False); any pointer
-    # of the right kind keeps the signature.
-    return other if t is None else t
+_BWD_KERNELS = (layer_norm_bwd_kernel, layer_norm_bwd_dot_kernel, layer_norm_bwd_chunked_kernel)
 
 
-def _fwd_plan(
-    x, weight, bias, rows_per_program=None, num_warps=None, chunked=None, chunk=None, per_sm=None
-):
-    """(kernel, grid, constexprs and options) of the forward launch for a 2-D ``x``."""
-    n_rows, n_cols = x.shape
-    flags = {"HAS_W": weight is not None, "HAS_B": bias is not None}
+def _bwd_plan(x, weight, needs, shape=None, strides=None, rows=None, warps=None, per_sm=None,
+              splits=None, chunked=None, chunk=None) -> norms.BwdPlan:  # fmt: skip
+    """The backward's launches for a 2-D ``x`` (:func:`tilebook.ops.norms.bwd_plan`)."""
+    n_cols = x.shape[1]
     if chunked is None:
-        chunked = n_cols > FWD_CHUNKED_THRESHOLD
-    if chunked:
-        if rows_per_program is not None:
-            raise ValueError("layer_norm: the chunked forward takes one row at a time")
-        block_n, warps, default_per_sm = _fwd_chunked_config(n_cols)
-        block_n = chunk or block_n
-        warps = num_warps or warps
-        _check_config(1, warps)
-        _check_chunk(block_n)
-        n_progs = _grid_size(x, n_rows, per_sm or default_per_sm)
-        meta = {"BLOCK_N": block_n, **flags, "num_warps": warps}
-        return layer_norm_fwd_chunked_kernel, (n_progs,), meta
-    block_n, rows, warps = _fwd_config(n_cols)
-    rows = rows_per_program or rows
-    warps = num_warps or warps
-    _check_config(rows, warps)
-    grid = (-(-n_rows // rows),)
-    even = bool(n_cols == block_n and n_rows % rows == 0)  # a plain bool for symbolic sizes
-    meta = {"BLOCK_N": block_n, "ROWS": rows, **flags, "RELOAD": block_n in _FWD_RELOAD,
-            "EVEN": even, "num_warps": warps}  # fmt: skip
-    return layer_norm_fwd_kernel, grid, meta
+        chunked = n_cols > BWD_CHUNKED_THRESHOLD
+    if not chunked:
+        splits = splits or _bwd_config(n_cols)[4]
+    flags = {"HAS_W": weight is not None, "NEED_DW": needs[0], "NEED_DB": needs[1]}
+    return norms.bwd_plan(
+        _OP, x, _BWD_KERNELS, _bwd_rule, sums=2, needs=needs, flags=flags,
+        settings=(rows, warps, per_sm, chunk), chunked=chunked, chunk=CHUNK_BWD,
+        col_splits=splits, shape=shape, strides=strides,
+    )  # fmt: skip
 
 
 def launch_layer_norm_bwd(
@@ -614,6 +527,7 @@ def launch_layer_norm_bwd(
     col_splits: int | None = None,
     chunked: bool | None = None,
     chunk: int | None = None,
+    via=None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Run the backward kernels on checked 2-D ``dy`` and ``x`` (unit column stride).
 
@@ -621,133 +535,15 @@ def launch_layer_norm_bwd(
     parameters' too); ``dweight`` is None unless ``need_dw`` (default: whether there
     is a weight), ``dbias`` None unless ``need_db``.  ``chunked`` picks the kernels
     (default: the chunked ones for rows longer than :data:`BWD_CHUNKED_THRESHOLD`);
-    the other keywords override the heuristic.
+    the other keywords override the heuristic.  ``via``: the launcher.
     """
     need_dw = weight is not None if need_dw is None else need_dw
     if need_dw and weight is None:
         raise ValueError("layer_norm: dweight needs a weight")
-    plan = _bwd_plan(
-        x, weight is not None, need_dw, need_db,
-        rows_per_program, num_warps, programs_per_sm, col_splits, chunked, chunk,
-    )  # fmt: skip
-    return _launch_bwd(plan, dy, x, weight, stats)[:3]
-
-
-def _launch_bwd(plan, dy, x, weight, stats, run=None) -> tuple:
-    """Run ``plan``, each kernel started by ``run``; returns every buffer of
-    :func:`_bwd_buffers`, filled."""
-    run = run or launch  # looked up at the call, so a test's stand-in for launch is seen
-    out = _bwd_buffers(plan, x)
-    if x.numel() == 0:
-        dx, dw, db = out[:3]
-        return (dx, _zero(dw), _zero(db), *out[3:])
-    # Each launch runs on the GPU of its first tensor (both runs see to it).
-    steps = zip(plan.launches, _bwd_args(plan, dy, x, weight, stats, *out), strict=True)
-    for (kernel, grid, meta), args in steps:
-        run(kernel, grid, *args, **meta)
-    return out
-
-
-class _BwdPlan:
-    """Everything about a backward launch that depends on sizes and settings alone."""
-
-    __slots__ = ("chunked", "dots_shape", "launches", "n_chunks", "need_db", "need_dw",
-                 "partial_shape", "shape")  # fmt: skip
-
-    def __init__(self, shape, chunked, need_dw, need_db, partial_shape, dots_shape, launches):
-        self.shape, self.chunked = shape, chunked
-        self.need_dw, self.need_db = need_dw, need_db
-        self.partial_shape, self.dots_shape = partial_shape, dots_shape
-        self.n_chunks = dots_shape[2] if dots_shape else 0
-        self.launches = launches  # [(kernel, grid, constexprs and options)]
-
-
-def _bwd_plan(x, has_w, need_dw, need_db, rows=None, warps=None, per_sm=None, splits=None,
-              chunked=None, chunk=None) -> _BwdPlan:  # fmt: skip
-    n_rows, n_cols = x.shape
-    if chunked is None:
-        chunked = n_cols > BWD_CHUNKED_THRESHOLD
-    flags = {"HAS_W": has_w, "NEED_DW": need_dw, "NEED_DB": need_db}
-    needed = need_dw or need_db
-    launches = []
-    dots_shape = None
-    if chunked:
-        if splits not in (None, 1):
-            raise ValueError("layer_norm: the chunked backward splits columns by chunk")
-        block_n, def_rows, def_warps, def_per_sm = _bwd_chunked_config(n_cols)
-        block_n = chunk or block_n
-        rows = rows or def_rows
-        warps = warps or def_warps
-        _check_config(rows, warps)
-        _check_chunk(block_n)
-        n_chunks = -(-n_cols // block_n)
-        # 1. Each (row, chunk): its sum(g) and sum(g * x_hat), into (2, n_rows, n_chunks).
-        dots_shape = (2, n_rows, n_chunks)
-        dot_meta = {"BLOCK_N": block_n, "HAS_W": has_w, "num_warps": _warps(block_n, block_n)}
-        launches.append((layer_norm_bwd_dot_kernel, (n_rows * n_chunks,), dot_meta))
-        # 2. dx, and the gradients of weight and bias per (split, column chunk).
-        n_progs = _grid_size(x, n_rows * n_chunks, per_sm or def_per_sm)
-        n_parts = max(1, min(-(-n_rows // rows), n_progs // n_chunks))
-        meta = {"BLOCK_N": block_n, "ROWS": rows, "DOTS": 1 << (n_chunks - 1).bit_length(),
-                **flags, "num_warps": warps}  # fmt: skip
-        launches.append((layer_norm_bwd_chunked_kernel, (n_chunks, n_parts), meta))
-    else:
-        block_n, def_rows, def_warps, def_per_sm, def_splits = _bwd_config(n_cols)
-        rows = rows or def_rows
-        warps = warps or def_warps
-        splits = splits or def_splits
-        _check_config(rows, warps)
-        if not _pow2(splits) or splits > block_n:
-            raise ValueError(
-                f"layer_norm: col_splits must be a power of two up to {block_n}, got {splits}"
-            )
-        n_progs = _grid_size(x, -(-n_rows // rows), per_sm or def_per_sm)
-        n_parts = max(1, n_progs // splits)
-        meta = {"BLOCK_N": block_n, "ROWS": rows, "COL_SPLITS": splits, **flags,
-                "num_warps": warps}  # fmt: skip
-        launches.append((layer_norm_bwd_kernel, (splits, n_parts), meta))
-    if needed:
-        sum_meta = {"BLOCK_P": SUM_BLOCK_P, "BLOCK_C": SUM_BLOCK_C, "NEED_A": need_dw,
-                    "NEED_B": need_db, "num_warps": 4}  # fmt: skip
-        launches.append((sum_partials_kernel, sum_partials_grid(n_cols), sum_meta))
-    # Never read when neither gradient is wanted: one element keeps the signature.
-    partial_shape = (n_parts, 2, n_cols) if needed else (1,)
-    return _BwdPlan(x.shape, chunked, need_dw, need_db, partial_shape, dots_shape, launches)
-
-
-def _bwd_buffers(plan: _BwdPlan, x: torch.Tensor) -> tuple:
-    """(dx, dweight or None, dbias or None, partial sums, dots or None), uninitialised."""
-    dev, n_cols = x.device, plan.shape[1]
-    dx = torch.empty(plan.shape, dtype=x.dtype, device=dev)
-    dw = torch.empty(n_cols, dtype=x.dtype, device=dev) if plan.need_dw else None
-    db = torch.empty(n_cols, dtype=x.dtype, device=dev) if plan.need_db else None
-    partial = torch.empty(plan.partial_shape, dtype=torch.float32, device=dev)
-    dots = torch.empty(plan.dots_shape, dtype=torch.float32, device=dev) if plan.chunked else None
-    return dx, dw, db, partial, dots
-
-
-def _bwd_args(plan: _BwdPlan, dy, x, w, stats, dx, dw, db, partial, dots) -> list[tuple]:
-    """The runtime arguments of each of ``plan.launches``, in order."""
-    n_rows, n_cols = plan.shape
-    # An absent weight or gradient is never touched (HAS_W / NEED_* False): any
-    # pointer of the right kind keeps the signature.
-    w = x if w is None else w
-    strides = (dy.stride(0), x.stride(0), dx.stride(0))
-    if plan.chunked:
-        args = [
-            (dy, x, w, stats, dots, n_rows, n_cols, dy.stride(0), x.stride(0)),
-            (dy, x, w, stats, dots, dx, partial, n_rows, n_cols, plan.n_chunks, *strides),
-        ]
-    else:
-        args = [(dy, x, w, stats, dx, partial, n_rows, n_cols, *strides)]
-    if len(plan.launches) > len(args):
-        args.append((partial, x if dw is None else dw, x if db is None else db,
-                     partial.shape[0], n_cols, 2 * n_cols))  # fmt: skip
-    return args
-
-
-def _zero(t: torch.Tensor | None) -> torch.Tensor | None:
-    return None if t is None else torch.zeros_like(t)
+    strides = (dy.stride(0), x.stride(0), x.shape[1])
+    plan = _bwd_plan(x, weight, (need_dw, need_db), None, strides, rows_per_program, num_warps,
+                     programs_per_sm, col_splits, chunked, chunk)  # fmt: skip
+    return norms.backward(plan, dy, x, weight, stats, x.dtype, via)
 
 
 # ---------------------------------------------------------------------------
@@ -755,37 +551,18 @@ def _zero(t: torch.Tensor | None) -> torch.Tensor | None:
 # ---------------------------------------------------------------------------
 
 
-def _as_rows(t: torch.Tensor, n_cols: int) -> torch.Tensor:
-    """``t`` as ``(rows, n_cols)`` with unit column stride, copying only when needed.
-
-    ``reshape`` keeps a view whenever the leading dimensions collapse into one row
-    stride (slices along the batch, for instance); otherwise it copies.  A stride
-    other than 1 along a row (a transpose, or the stride-0 ``dy`` that
-    ``y.sum().backward()`` produces) needs a copy too.
-    """
-    rows = t.reshape(-1, n_cols)
-    if rows.stride(-1) != 1 and n_cols > 1:
-        rows = rows.contiguous()
-    return rows
-
-
 class LayerNormFunction(torch.autograd.Function):
     """Autograd for :func:`layer_norm` (``weight`` and ``bias`` with unit stride).
 
-    ``run`` is a remembered launch (see :data:`_FAST`) to try first: plumbing of
-    :func:`layer_norm`, with no gradient.
+    ``plan`` is the call's forward plan (:class:`tilebook.ops.norms.FwdPlan`; default:
+    planned here): plumbing of :func:`layer_norm`, with no gradient.
     """
 
     @staticmethod
-    def forward(ctx, x, weight, bias, eps: float, run=None) -> torch.Tensor:
-        got = run(x, weight, bias, eps) if run is not None else None
-        if got is not None:  # x is contiguous: the key says so
-            y, stats = got
-            x2 = x.view(stats.shape[1], x.shape[-1])
-        else:
-            x2 = _as_rows(x, x.shape[-1])
-            y, stats = launch_layer_norm_fwd(x2, weight, bias, eps)
-            y = y.view(x.shape)
+    def forward(ctx, x, weight, bias, eps: float, plan=None) -> torch.Tensor:
+        plan = plan or _plan(x, weight, bias)
+        y, stats, x2 = norms.forward(plan, x, _params(x, weight, bias), eps)
+        ctx.plan = plan
         ctx.save_for_backward(x2, weight, stats)
         return y
 
@@ -793,150 +570,9 @@ class LayerNormFunction(torch.autograd.Function):
     def backward(ctx, dy: torch.Tensor):
         x2, weight, stats = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        dx, dw, db = _backward(_as_rows(dy, x2.shape[1]), x2, weight, stats, need_w, need_b)
-        return (dx.view(dy.shape) if need_x else None), dw, db, None, None
-
-
-# The backward's host time.  autograd.grad through a Python Function cost about
-# 200 us of host time per call on the H100 box, more than the kernels' 175 us at
-# 2**26 elements: measured through autograd, the backward ran at 1150-1380 GB/s
-# against 2220-2250 for the bare launcher (benchmarks/notes/layer_norm_dropout.md).
-# So, as for the forward, a backward keeps its plan and its direct launchers under
-# the key of everything they were specialised on, and the next backward of the same
-# kind only allocates its buffers and launches.
-_BWD_FAST: dict[tuple, object] = {}
-
-
-def _backward(dy, x, w, stats, need_dw: bool, need_db: bool) -> tuple:
-    key = (
-        x.shape, x.stride(0), dy.stride(0), x.dtype, dy.dtype, x.device, w is not None,
-        need_dw, need_db, dy.data_ptr() % 16 == 0, x.data_ptr() % 16 == 0,
-        w is None or w.data_ptr() % 16 == 0, BWD_CHUNKED_THRESHOLD, CHUNK_BWD,
-    )  # fmt: skip
-    run = _BWD_FAST.get(key)
-    if run is not None:
-        out = run(dy, x, w, stats)
-        if out is not None:
-            return out
-    plan = _bwd_plan(x, w is not None, need_dw, need_db)
-    bufs = _launch_bwd(plan, dy, x, w, stats)
-    if x.is_cuda and x.numel() and len(_BWD_FAST) < _FAST_LIMIT and direct_launch_enabled():
-        _remember_bwd(key, plan, dy, x, w, stats, bufs)
-    return bufs[:3]
-
-
-def _remember_bwd(key, plan, dy, x, w, stats, bufs) -> None:
-    gos = []
-    steps = zip(plan.launches, _bwd_args(plan, dy, x, w, stats, *bufs), strict=True)
-    for (kernel, grid, meta), args in steps:
-        found = launcher_for(kernel, args, meta)
-        if found is None:
-            return
-        gos.append((found[0], grid, found[1]))
-
-    def run(dy, x, w, stats) -> tuple | None:
-        bufs = _bwd_buffers(plan, x)
-        if any(t is not None and t.data_ptr() % 16 for t in bufs):
-            return None  # not the specialisation compiled for: the ordinary path
-        for (go, grid, tail), args in zip(gos, _bwd_args(plan, dy, x, w, stats, *bufs)):  # noqa: B905
-            if not go(grid, (*args, *tail)):
-                return None  # another device is current, or a hook listens
-        return bufs[:3]
-
-    _BWD_FAST[key] = run
-
-
-# Repeat calls.  A 65536 x 1024 bf16 forward takes about 90 us on an H100, not much
-# more than the Python of the checks, autograd.Function and launch key around it.
-# So a call on contiguous tensors keeps what its launch needs under the key of its
-# shapes, strides, dtypes, device and alignment; the next call with the same key only
-# allocates the outputs and launches (eps is a runtime argument of the kernels, so it
-# may differ).  A call that needs a gradient does that inside LayerNormFunction, which
-# keeps the statistics the kernel writes anyway: on an H100's host a forward with
-# grad took 94 us of host time through the checks and the configuration, where
-# F.layer_norm took 22.
-_FAST: dict[tuple, object] = {}
-_FAST_LIMIT = 1024
-_grad_enabled = torch.is_grad_enabled
-
-
-def _meta_key(t: torch.Tensor | None) -> tuple | None:
-    if t is None:
-        return None
-    return (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16 == 0)
-
-
-def _fast_key(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None) -> tuple:
-    # FWD_CHUNKED_THRESHOLD is in it: tests change it to reach the chunked kernel.
-    return (_meta_key(x), _meta_key(weight), _meta_key(bias), FWD_CHUNKED_THRESHOLD, CHUNK_FWD)
-
-
-def _remember_fast(x, weight, bias) -> None:
-    if not direct_launch_enabled():  # nothing to remember: skip the work on every call
-        return
-    n_cols = x.shape[-1]
-    if len(_FAST) >= _FAST_LIMIT or x.numel() == 0 or not x.is_contiguous() or x.data_ptr() % 16:
-        return
-    for t in (weight, bias):
-        if t is not None and (not t.is_contiguous() or t.data_ptr() % 16):
-            return
-    x2 = x.view(-1, n_cols)
-    n_rows = x2.shape[0]
-    kernel, grid, meta = _fwd_plan(x2, weight, bias)
-    stats_like = torch.empty(1, dtype=torch.float32, device=x.device)  # for its dtype only
-    w, b = _or(weight, x2), _or(bias, x2)
-    args = (x2, w, b, x2, stats_like, n_rows, n_cols, n_cols, n_cols, 1e-5)
-    found = launcher_for(kernel, args, meta)
-    if found is None:
-        return
-    go, tail = found
-    shape = x.shape
-
-    def run(t, w_now, b_now, eps: float) -> tuple[torch.Tensor, torch.Tensor] | None:
-        y = torch.empty(shape, dtype=t.dtype, device=t.device)
-        stats = torch.empty((2, n_rows), dtype=torch.float32, device=t.device)
-        if y.data_ptr() % 16 or stats.data_ptr() % 16:
-            return None
-        w_now = t if w_now is None else w_now
-        b_now = t if b_now is None else b_now
-        args = (t, w_now, b_now, y, stats, n_rows, n_cols, n_cols, n_cols, eps, *tail)
-        return (y, stats) if go(grid, args) else None
-
-    _FAST[_fast_key(x, weight, bias)] = run
-
-
-def _check_eps(eps: object) -> float:
-    if isinstance(eps, bool) or not isinstance(eps, (float, int)):
-        raise TypeError(f"layer_norm: eps must be a float, got {type(eps).__name__}")
-    eps = float(eps)
-    # Comparisons, not math.isfinite: torch.compile traces them when eps is symbolic.
-    if not 0 < eps < math.inf:
-        raise ValueError(f"layer_norm: eps must be a positive finite number, got {eps!r}")
-    return eps
-
-
-def _check_param(t: object, name: str, x: torch.Tensor, n_cols: int) -> None:
-    if t is None:
-        return
-    check_tensor(t, name, "layer_norm", ndim=1)
-    if t.shape[0] != n_cols:
-        raise ValueError(
-            f"layer_norm: {name} must have shape ({n_cols},) to match the last dimension of x "
-            f"{tuple(x.shape)}, got {tuple(t.shape)}"
-        )
-    if t.dtype != x.dtype:
-        raise TypeError(
-            f"layer_norm: {name} must have the dtype of x "
-            f"({str(x.dtype).removeprefix('torch.')}), got {str(t.dtype).removeprefix('torch.')}"
-        )
-    if t.device != x.device:
-        raise ValueError(
-            f"layer_norm: x and {name} are on different devices ({x.device}, {t.device})"
-        )
-
-
-def _needs_grad(*ts) -> bool:
-    return any(t is not None and t.requires_grad for t in ts) and _grad_enabled()
+        needs = (need_w and weight is not None, need_b)
+        dx, dw, db = norms.backward_of(ctx.plan, _bwd_plan, dy, x2, weight, stats, needs)
+        return (dx if need_x else None), dw, db, None, None
 
 
 # ---------------------------------------------------------------------------
@@ -948,17 +584,7 @@ def _op_forward(
     x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(y, stats)`` for a 2-D ``x`` with unit column stride and contiguous parameters."""
-    n_rows, n_cols = x.shape
-    y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
-    stats = torch.empty((2, n_rows), dtype=torch.float32, device=x.device)
-    if x.numel():
-        kernel, grid, meta = _fwd_plan(x, weight, bias)
-        library.launch(
-            kernel, grid,
-            x, _or(weight, x), _or(bias, x), y, stats,
-            n_rows, n_cols, x.stride(0), y.stride(0), eps, **meta,
-        )  # fmt: skip
-    return y, stats
+    return launch_layer_norm_fwd(x, weight, bias, eps, via=library.launch)
 
 
 def _op_backward(
@@ -971,16 +597,15 @@ def _op_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dx, dweight, dbias)`` for 2-D ``dy`` and ``x`` with unit column stride; a
     gradient not asked for is an empty tensor."""
-    plan = _bwd_plan(x, weight is not None, need_dw, need_db)
-    dx, dw, db = _launch_bwd(plan, dy, x, weight, stats, run=library.launch)[:3]
+    dx, dw, db = launch_layer_norm_bwd(
+        dy, x, weight, stats, need_dw=need_dw, need_db=need_db, via=library.launch
+    )
     # Outputs may not alias one another: a fresh empty tensor for each one absent.
-    dw = x.new_empty(0) if dw is None else dw
-    return dx, dw, x.new_empty(0) if db is None else db
+    return dx, x.new_empty(0) if dw is None else dw, x.new_empty(0) if db is None else db
 
 
 _KERNELS = (
-    layer_norm_fwd_kernel, layer_norm_fwd_chunked_kernel, layer_norm_bwd_kernel,
-    layer_norm_bwd_dot_kernel, layer_norm_bwd_chunked_kernel, sum_partials_kernel,
+    layer_norm_fwd_kernel, layer_norm_fwd_chunked_kernel, *_BWD_KERNELS, sum_partials_kernel,
 )  # fmt: skip
 layer_norm_op = library.define("layer_norm", _op_forward, kernels=_KERNELS)
 layer_norm_backward_op = library.define("layer_norm_backward", _op_backward, kernels=_KERNELS)
@@ -996,7 +621,7 @@ def _op_grad(ctx, dy, _dstats):
     x, weight, stats = ctx.saved_tensors
     need_w = weight is not None and ctx.needs_input_grad[1]
     need_b = ctx.has_bias and ctx.needs_input_grad[2]
-    dy2 = _as_rows(dy, x.shape[1])
+    dy2 = norms.as_rows(dy, x.shape[1])
     dx, dw, db = layer_norm_backward_op(dy2, x, weight, stats, need_w, need_b)
     return dx, (dw if need_w else None), (db if need_b else None), None
 
@@ -1006,37 +631,15 @@ layer_norm_op.register_autograd(_op_grad, setup_context=_op_setup)
 
 def _compiled(x, weight, bias, eps) -> torch.Tensor:
     """:func:`layer_norm` inside torch.compile: the checks, then the operator."""
-    eps = _check_args(x, weight, bias, eps)
+    eps = norms.check_args(_OP, x, eps, weight=weight, bias=bias)
     w = None if weight is None else weight.contiguous()
     b = None if bias is None else bias.contiguous()
-    y, _ = layer_norm_op(_as_rows(x, x.shape[-1]), w, b, eps)
+    y, _ = layer_norm_op(norms.as_rows(x, x.shape[-1]), w, b, eps)
     return y.view(x.shape)
 
 
-def _check_args(x: object, weight: object, bias: object, eps: object) -> float:
-    """Every check of :func:`layer_norm`'s arguments; returns ``eps`` as a float."""
-    check_tensor(x, "x", "layer_norm", min_ndim=1)
-    eps = _check_eps(eps)
-    n_cols = x.shape[-1]
-    if n_cols == 0:
-        raise ValueError(
-            f"layer_norm: the last dimension of x must not be empty, got {tuple(x.shape)}"
-        )
-    _check_param(weight, "weight", x, n_cols)
-    _check_param(bias, "bias", x, n_cols)
-    if n_cols > MAX_HIDDEN:
-        raise ValueError(
-            f"layer_norm: the last dimension of x is {n_cols}, but layer_norm supports at most "
-            f"{MAX_HIDDEN}"
-        )
-    return eps
-
-
-_compiling = torch.compiler.is_compiling
-
-
 def compile_jobs(arch: int = 90, dtype: torch.dtype | None = None) -> dict[str, dict]:
-    """The six kernels as jobs of :func:`tilebook.aot.compile_many` for ``sm_<arch>``,
+    """The six kernels as jobs of :func:`tilebook.course.aot.compile_many` for ``sm_<arch>``,
     configured as the launchers configure them, with a weight and a bias: rows of 4096
     (whole rows), of 16384 (the chunked backward) and of 65536 (the chunked forward)."""
     from . import targets
@@ -1055,6 +658,14 @@ def compile_jobs(arch: int = 90, dtype: torch.dtype | None = None) -> dict[str, 
             body = lambda x=x, w=w, s=stats: _op_backward(x, x, w, s, True, True)
             jobs |= targets.recorded(body, arch, where)
     return jobs
+
+
+_compiling = torch.compiler.is_compiling
+_grad_enabled = torch.is_grad_enabled
+
+
+def _needs_grad(*ts) -> bool:
+    return any(t is not None and t.requires_grad for t in ts) and _grad_enabled()
 
 
 def layer_norm(
@@ -1095,28 +706,25 @@ def layer_norm(
     """
     if _compiling():
         return _compiled(x, weight, bias, eps)
-    if (
-        plain(x)
-        and type(eps) is float
-        and (weight is None or plain(weight))
-        and (bias is None or plain(bias))
-    ):
-        run = _FAST.get(_fast_key(x, weight, bias))
-        if run is not None and eps > 0 and math.isfinite(eps):
+    key = plan = None
+    if plain(x) and (weight is None or plain(weight)) and (bias is None or plain(bias)):
+        # A repeat call: its key fixes everything the checks and the plan looked at
+        # but eps (a runtime argument of the kernels, so it may differ).
+        key = call_key(x, weight, bias, _plan, FWD_CHUNKED_THRESHOLD, CHUNK_FWD,
+                       BWD_CHUNKED_THRESHOLD, CHUNK_BWD)  # fmt: skip
+        plan = PLANS.get(key)
+        if plan is not None and type(eps) is float and 0 < eps < math.inf:
             if _needs_grad(x, weight, bias):
-                return LayerNormFunction.apply(x, weight, bias, eps, run)  # falls back inside
-            got = run(x, weight, bias, eps)
-            if got is not None:
-                return got[0]
-    eps = _check_args(x, weight, bias, eps)
-    n_cols = x.shape[-1]
-    # The kernels read weight and bias with unit stride.
+                return LayerNormFunction.apply(x, weight, bias, eps, plan)
+            return norms.forward(plan, x, _params(x, weight, bias), eps)[0]
+    eps = norms.check_args(_OP, x, eps, weight=weight, bias=bias)
+    # The kernels read weight and bias with unit stride (a copy is recorded).
     w = None if weight is None else weight.contiguous()
     b = None if bias is None else bias.contiguous()
+    if plan is None:
+        plan = _plan(x, w, b)
+        if key is not None and w is weight and b is bias:
+            PLANS.remember(key, plan)
     if _needs_grad(x, weight, bias):
-        y = LayerNormFunction.apply(x, w, b, eps)
-    else:
-        y = launch_layer_norm_fwd(_as_rows(x, n_cols), w, b, eps)[0].view(x.shape)
-    if x.is_cuda:
-        _remember_fast(x, weight, bias)  # the caller's tensors: a strided one is never remembered
-    return y
+        return LayerNormFunction.apply(x, w, b, eps, plan)
+    return norms.forward(plan, x, _params(x, w, b), eps)[0]

@@ -1,8 +1,8 @@
 """The ops as ``torch.library`` operators, so that ``torch.compile`` keeps one graph.
 
 Called eagerly, each public op (:func:`tilebook.rms_norm` and the others) runs its
-own Python: checks, a remembered launch (:class:`tilebook._launch.Memo`) and an
-``autograd.Function``.  Dynamo cannot trace that code (it reads data pointers and
+own Python: checks, a plan of the call (:data:`tilebook._launch.PLANS`) or a
+remembered launch, and an ``autograd.Function``.  Dynamo cannot trace that code (it reads data pointers and
 keeps caches), so inside ``torch.compile`` the same function takes another branch
 (``torch.compiler.is_compiling()``): the same checks, then a call to an operator
 of the ``tilebook`` namespace (``torch.ops.tilebook.rms_norm`` ...) that Dynamo puts
