@@ -1,7 +1,7 @@
 """The ops of two source trees side by side: GPU time and host time, in interleaved rounds.
 
 A refactor of the ops must keep their speed.  Two versions of ``tilebook`` cannot share
-one process, so each round starts one child process per tree (``PYTHONPATH=<tree>/src``)
+one process, so each round starts child processes per tree (``PYTHONPATH=<tree>/src``, one per op)
 and the trees alternate, ``A B`` then ``B A``: a drift of the GPU's clocks or of the
 host's load falls on both.  Each child measures, for every op and shape:
 
@@ -33,7 +33,10 @@ ROW_OPS = {"rms_norm": (1024, 4096, 16384), "layer_norm": (1024, 4096, 16384),
            "softmax": (1024, 4096), "dropout": (4096,)}  # fmt: skip
 
 
-def _child() -> None:
+def _child(only: str) -> None:
+    """Measure one op (a key of ROW_OPS) or ``"other"`` (vector_add, matmul) in this
+    process and print its figures as JSON: a graph capture that fails can leave the
+    process unusable, so each op gets a process of its own."""
     import torch
     import torch.nn.functional as F
     import triton
@@ -46,6 +49,9 @@ def _child() -> None:
     bf, dev = torch.bfloat16, "cuda"
 
     def gpu_us(fn) -> float | None:
+        for _ in range(3):  # first calls (compiling, planning) outside the capture
+            fn()
+        torch.cuda.synchronize()
         try:
             return triton.testing.do_bench_cudagraph(fn, rep=40) * 1e3
         except Exception as exc:  # noqa: BLE001
@@ -63,6 +69,8 @@ def _child() -> None:
 
     out = {}
     for name, hiddens in ROW_OPS.items():
+        if name != only:
+            continue
         for n in hiddens:
             rows = ELEMENTS // n
             x = torch.randn(rows, n, device=dev, dtype=bf)
@@ -81,10 +89,11 @@ def _child() -> None:
             out[f"{name} bwd {rows}x{n}"] = gpu_us(bwd)
             del x, w, b, xg, wg, bg, y, dy
             torch.cuda.empty_cache()
-    v = torch.randn(ELEMENTS, device=dev)
-    out[f"vector_add {ELEMENTS}"] = gpu_us(lambda: tilebook.vector_add(v, v))
-    m = torch.randn(2048, 2048, device=dev, dtype=bf)
-    out["matmul 2048^3"] = gpu_us(lambda: tilebook.matmul(m, m))
+    if only == "other":
+        v = torch.randn(ELEMENTS, device=dev)
+        out[f"vector_add {ELEMENTS}"] = gpu_us(lambda: tilebook.vector_add(v, v))
+        m = torch.randn(2048, 2048, device=dev, dtype=bf)
+        out["matmul 2048^3"] = gpu_us(lambda: tilebook.matmul(m, m))
     # Host time of one eager call on a small input (16 x 1024 bf16).
     x = torch.randn(16, 1024, device=dev, dtype=bf)
     w, b = torch.randn(1024, device=dev, dtype=bf), torch.randn(1024, device=dev, dtype=bf)
@@ -109,21 +118,26 @@ def _child() -> None:
     }  # fmt: skip
     s = torch.randn(4096, device=dev)
     for name, (fwd, fb, tfwd, tfb) in small.items():
+        if name != only:
+            continue
         out[f"host {name} fwd"] = _host_us(fwd)
         out[f"host {name} fwd+bwd"] = _host_us(fb)
         out[f"host torch {name} fwd"] = _host_us(tfwd)
         out[f"host torch {name} fwd+bwd"] = _host_us(tfb)
-    out["host vector_add"] = _host_us(lambda: tilebook.vector_add(s, s))
-    out["host torch.add"] = _host_us(lambda: torch.add(s, s))
+    if only == "other":
+        out["host vector_add"] = _host_us(lambda: tilebook.vector_add(s, s))
+        out["host torch.add"] = _host_us(lambda: torch.add(s, s))
     print(json.dumps({"banner": tilebook.banner(), "file": tilebook.__file__, "us": out}))
 
 
-def _run(tree: Path) -> dict:
+def _run(tree: Path, op: str) -> dict:
+    """One child's figures; a child that fails reports its error and gives none."""
     env = dict(os.environ, PYTHONPATH=str(tree / "src"))
-    proc = subprocess.run([sys.executable, __file__, "--child"], env=env, capture_output=True,
-                          text=True, check=False)  # fmt: skip
+    proc = subprocess.run([sys.executable, __file__, "--child", op], env=env,
+                          capture_output=True, text=True, check=False)  # fmt: skip
     if proc.returncode:
-        raise SystemExit(f"{tree}: child failed\n{proc.stderr[-3000:]}")
+        print(f"{tree} {op}: child failed\n{proc.stderr[-1500:]}", file=sys.stderr)
+        return {"us": {}, "banner": "", "file": ""}
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -135,16 +149,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default="")
     args = p.parse_args(argv)
     got: dict[str, list[dict]] = {"a": [], "b": []}
+    banner = ""
     for r in range(args.rounds):
         for side in ("a", "b") if r % 2 == 0 else ("b", "a"):
-            res = _run(getattr(args, side))
-            got[side].append(res["us"])
-            print(f"round {r + 1} {side}: {res['file']}", file=sys.stderr, flush=True)
-    keys = list(got["a"][0])
-    med = {s: {k: statistics.median(v for run in got[s] if (v := run[k]) is not None)
-               if any(run[k] is not None for run in got[s]) else None for k in keys}
-           for s in got}  # fmt: skip
-    print(f"{res['banner']}\nrounds: {args.rounds}; a = {args.a}, b = {args.b}")
+            figures = {}
+            for op in (*ROW_OPS, "other"):
+                res = _run(getattr(args, side), op)
+                figures |= res["us"]
+                banner = res["banner"] or banner
+            got[side].append(figures)
+            print(f"round {r + 1} {side}: {len(figures)} figures", file=sys.stderr, flush=True)
+    keys = list(dict.fromkeys(k for runs in got.values() for run in runs for k in run))
+
+    def median(side, k):
+        vals = [v for run in got[side] if (v := run.get(k)) is not None]
+        return statistics.median(vals) if vals else None
+
+    med = {s: {k: median(s, k) for k in keys} for s in got}
+    print(f"{banner}\nrounds: {args.rounds}; a = {args.a}, b = {args.b}")
     print(f"{'measure (µs)':<40}{'a':>10}{'b':>10}{'b / a':>8}")
     for k in keys:
         a, b = med["a"][k], med["b"][k]
@@ -157,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--child"]:
-        _child()
+    if sys.argv[1:2] == ["--child"]:
+        _child(sys.argv[2])
     else:
         sys.exit(main())
