@@ -637,3 +637,32 @@ def test_chunked_kernels_compile_for_sm90_without_spills(kernel):
         divisible_by_16=[n for n in sig if n not in ("n_rows", "n_dots", "eps")],
     )
     _assert_clean(k, f"layer_norm_{kernel}_kernel")
+
+
+# bf16 only on a GPU: the interpreter's bfloat16 arithmetic is wrong.
+HALVES = [torch.float16] + ([torch.bfloat16] if tilebook.is_gpu() else [])
+
+
+@pytest.mark.parametrize("dtype", HALVES)
+@pytest.mark.parametrize("shape", [(5, 64), (3, 4, 1000)])
+def test_float32_parameters_with_a_16_bit_input(shape, dtype):
+    """Mixed precision as torch's layer_norm takes it: weight and bias in float32,
+    the activations in 16 bits; y and dx in x's dtype, dw and db in float32."""
+    x, _, _ = _inputs(shape, dtype, tilebook.device())
+    w = 1 + 0.5 * torch.randn(shape[-1], device=x.device)
+    b = 0.5 * torch.randn(shape[-1], device=x.device)
+    x, w, b = (t.requires_grad_() for t in (x, w, b))
+    for _ in range(2):  # the first call plans, the second takes the plan
+        y = layer_norm(x, w, b, EPS)
+        dy = torch.randn(x.shape, device=x.device).to(dtype)
+        dx, dw, db = torch.autograd.grad(y, (x, w, b), dy)
+        y64, dx64, dw64, db64 = _reference(x, w, b, dy)
+        assert (y.dtype, dx.dtype, dw.dtype, db.dtype) == (dtype, dtype, *[torch.float32] * 2)
+        torch.testing.assert_close(y.double(), y64, **TOL[dtype])
+        torch.testing.assert_close(dx.double(), dx64, rtol=2e-2, atol=2e-2)
+        for got, want in ((dw, dw64), (db, db64)):
+            torch.testing.assert_close(got.double(), want, rtol=1e-3, atol=1e-3 * shape[0])
+    with pytest.raises(TypeError, match="weight and bias must share a dtype"):
+        layer_norm(x, w, b.to(dtype))
+    with pytest.raises(TypeError, match=r"bias must have the dtype of x \(float32\), got"):
+        layer_norm(x.float(), w, b.half())

@@ -471,3 +471,31 @@ def test_eviction_hint_follows_the_tensor_size(device):
         w = torch.randn(1024, device=device, dtype=torch.bfloat16)
         want = F.rms_norm(x.double(), (1024,), w.double(), EPS)
         torch.testing.assert_close(op.rms_norm(x, w, EPS).double(), want, atol=2e-2, rtol=2e-2)
+
+
+# bf16 only on a GPU: the interpreter's bfloat16 arithmetic is wrong.
+HALVES = [torch.float16] + ([torch.bfloat16] if tilebook.is_gpu() else [])
+
+
+@pytest.mark.parametrize("dtype", HALVES)
+@pytest.mark.parametrize("shape", [(5, 64), (3, 4, 1000)])
+def test_float32_weight_with_a_16_bit_input(shape, dtype):
+    """Mixed precision as torch's norms take it: the parameter kept in float32, the
+    activations in 16 bits; y and dx in x's dtype, dw in float32."""
+    x, _ = _inputs(shape, dtype, tilebook.device())
+    w = 1 + 0.5 * torch.randn(shape[-1], device=x.device)
+    x, w = x.requires_grad_(), w.requires_grad_()
+    for _ in range(2):  # the first call plans, the second takes the plan
+        y = rms_norm(x, w, EPS)
+        dy = torch.randn(x.shape, device=x.device).to(dtype)
+        dx, dw = torch.autograd.grad(y, (x, w), dy)
+        y64, dx64, dw64 = _reference(x, w, dy)
+        assert (y.dtype, dx.dtype, dw.dtype) == (dtype, dtype, torch.float32)
+        torch.testing.assert_close(y.double(), y64, **TOL[dtype])
+        torch.testing.assert_close(dx.double(), dx64, **TOL[dtype])
+        torch.testing.assert_close(dw.double(), dw64, rtol=1e-3, atol=1e-3 * shape[0])
+    other = torch.bfloat16 if dtype == torch.float16 else torch.float16
+    with pytest.raises(TypeError, match=r"weight must have the dtype of x \(\w+\), or float32"):
+        rms_norm(x, w.to(other))
+    with pytest.raises(TypeError, match=r"weight must have the dtype of x \(float32\), got"):
+        rms_norm(x.float(), w.half())  # float32 x: the weight is float32 too

@@ -531,8 +531,8 @@ def launch_layer_norm_bwd(
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Run the backward kernels on checked 2-D ``dy`` and ``x`` (unit column stride).
 
-    Returns ``(dx, dweight, dbias)`` in ``x``'s dtype (which validation makes the
-    parameters' too); ``dweight`` is None unless ``need_dw`` (default: whether there
+    Returns ``dx`` in ``x``'s dtype and ``dweight`` and ``dbias`` in the weight's
+    (``x``'s, or float32); ``dweight`` is None unless ``need_dw`` (default: whether there
     is a weight), ``dbias`` None unless ``need_db``.  ``chunked`` picks the kernels
     (default: the chunked ones for rows longer than :data:`BWD_CHUNKED_THRESHOLD`);
     the other keywords override the heuristic.  ``via``: the launcher.
@@ -691,7 +691,9 @@ def layer_norm(
         ``N`` may be at most :data:`MAX_HIDDEN` (``2**20``); long rows take the
         chunked kernels.
     weight, bias
-        None, or 1-D tensors of size ``N`` with the dtype and device of ``x``.
+        None, or 1-D tensors of size ``N`` on ``x``'s device, with ``x``'s dtype or,
+        for a float16 or bfloat16 ``x``, both in float32 (mixed precision: their
+        gradients are then float32 too).
     eps
         Positive number added to the variance, for stability.
 

@@ -149,6 +149,11 @@ def chunked_fwd_plan(op: str, x, kernel, chunk: int, per_warp: int, flags: dict,
 # --------------------------------------------------------------------------- checks
 
 
+#: Inputs whose weight and bias may also be float32 (mixed precision: the parameters
+#: of a model kept in float32, its activations in 16 bits), as torch's norms take them.
+_HALF = (torch.float16, torch.bfloat16)
+
+
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
@@ -175,11 +180,20 @@ def check_args(op: str, x: object, eps: object, optional: bool = True, **params:
                 f"{op}: {name} must have shape ({n_cols},) to match the last dimension of x "
                 f"{tuple(x.shape)}, got {tuple(t.shape)}"
             )
-        if t.dtype != x.dtype:
+        if t.dtype != x.dtype and not (t.dtype == torch.float32 and x.dtype in _HALF):
             raise TypeError(
-                f"{op}: {name} must have the dtype of x ({_dtype_name(x.dtype)}), "
-                f"got {_dtype_name(t.dtype)}"
+                f"{op}: {name} must have the dtype of x ({_dtype_name(x.dtype)})"
+                + (", or float32" if x.dtype in _HALF else "")
+                + f", got {_dtype_name(t.dtype)}"
             )
+    given = [t for t in params.values() if t is not None]
+    if len({t.dtype for t in given}) > 1:  # their gradients' sums share one buffer dtype
+        raise TypeError(
+            f"{op}: "
+            + " and ".join(params)
+            + " must share a dtype, got "
+            + " and ".join(_dtype_name(t.dtype) for t in given)
+        )
     check_same_device(op, x=x, **params)
     if n_cols > MAX_HIDDEN:
         raise ValueError(
@@ -342,7 +356,7 @@ def backward(plan: BwdPlan, dy, x, w, stats, dtype, via=None, like=None) -> tupl
     dx = torch.empty(plan.shape, dtype=dtype, device=dev) if like is None else _empty_like(like)
     n_rows, n_cols = plan.n_rows, plan.n_cols
     need_a, need_b = plan.needs
-    if w is not None:  # the sums take the weight's dtype (the checks make it x's)
+    if w is not None:  # the sums take the weight's dtype: x's, or float32 (mixed precision)
         a = _empty_like(w) if need_a else None
         b = _empty_like(w) if need_b else None
     else:

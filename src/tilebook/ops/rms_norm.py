@@ -574,7 +574,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
         ``H`` may be at most :data:`MAX_HIDDEN` (``2**20``); long rows take the
         chunked kernels.
     weight
-        1-D tensor of size ``H`` with the same dtype and device as ``x``.
+        1-D tensor of size ``H`` on ``x``'s device, with ``x``'s dtype or, for a
+        float16 or bfloat16 ``x``, float32 (mixed precision: its gradient is then
+        float32 too).
     eps
         Positive number added to the mean square, for stability.
 
