@@ -7,11 +7,11 @@ import re
 
 __all__ = ["TARGETS", "parse_arch"]
 
-# Compute capability -> (GPUs a reader may have, most shared memory one program
-# may use in bytes).  The byte counts are the opt-in maximum per thread block of
-# the CUDA C++ Programming Guide, "Technical Specifications per Compute
-# Capability"; a launch of a kernel that needs more fails with Triton's
-# OutOfResources, so an ahead-of-time compile refuses it up front.
+#: Compute capability -> (GPUs a reader may have, most shared memory one program
+#: may use in bytes).  The byte counts are the opt-in maximum per thread block of
+#: the CUDA C++ Programming Guide, "Technical Specifications per Compute
+#: Capability"; a launch of a kernel that needs more fails with Triton's
+#: OutOfResources, so an ahead-of-time compile refuses it up front.
 TARGETS: dict[int, tuple[str, int]] = {
     75: ("Turing: T4, RTX 20xx", 64 * 1024),
     80: ("Ampere: A100", 163 * 1024),
