@@ -65,6 +65,7 @@ from .._launch import (
 )
 from ..validation import check_same_dtype_device, check_tensor
 from . import library
+from .precision import autocasting, lower
 
 try:  # host-side tensor descriptors arrived in Triton 3.4
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -1270,6 +1271,8 @@ def flash_attention(
 
     Notes
     -----
+    Under ``torch.autocast``, ``q``, ``k`` and ``v`` are cast to the autocast dtype
+    first, as ``scaled_dot_product_attention``'s are.
     Tiles whose keys are all masked are skipped, so the time falls with the visible
     area.  Inputs are read in place when their last dimension is contiguous and
     their other strides and start are 16-byte aligned (any layout of B, H and N,
@@ -1285,6 +1288,8 @@ def flash_attention(
     >>> o = tilebook.flash_attention(q, k, v, causal=True)   # doctest: +SKIP
     """
     sm_scale = scale if not deprecated else _renamed_scale(scale, deprecated)
+    if autocasting(q):
+        q, k, v = lower(q, k, v)  # as scaled_dot_product_attention under autocast
     if _compiling():
         return _compiled(q, k, v, causal, sm_scale, window, document_ids)
     key = None

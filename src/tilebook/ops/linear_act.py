@@ -63,6 +63,7 @@ from .matmul import (
     matmul,
     traced_product,
 )
+from .precision import autocasting, lower
 
 __all__ = ["ACTIVATIONS", "LinearActFunction", "act_grad_kernel", "compile_jobs", "linear_act"]
 
@@ -278,8 +279,10 @@ def linear_act(
 
     Notes
     -----
-    Differentiable with respect to ``x``, ``weight`` and ``bias`` (the backward
-    recomputes the pre-activation with one extra GEMM; see the module docstring).
+    Under ``torch.autocast`` the three are cast to the autocast dtype first, as
+    ``F.linear``'s are.  Differentiable with respect to ``x``, ``weight`` and
+    ``bias`` (the backward recomputes the pre-activation with one extra GEMM; see
+    the module docstring).
     Inside ``torch.compile`` the call is an operator of ``torch.ops.tilebook``
     (:func:`tilebook.ops.matmul.traced_product`), its backward too.
 
@@ -287,6 +290,8 @@ def linear_act(
     --------
     >>> y = tilebook.linear_act(x, layer.weight, layer.bias, "gelu")   # doctest: +SKIP
     """
+    if autocasting(x):
+        x, weight, bias = lower(x, weight, bias)  # as F.linear under autocast
     if _compiling():
         return _compiled(x, weight, bias, activation, impl)
     if _grad_enabled() and (

@@ -39,6 +39,7 @@ from .._launch import Memo, device_guard, ensure_cuda_context, launch, sm_count
 from ..validation import check_same_dtype_device, check_tensor
 from . import library
 from .epilogue import ACTIVATIONS, epilogue
+from .precision import autocasting, lower
 
 try:  # host-side descriptors arrived in Triton 3.4; older versions use the pointer kernel
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -1156,7 +1157,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     (PyTorch's default), the products are in full float32; on, the tensor cores take
     the operands as TF32 (about 1e-3 relative error), much faster.  Any M, N, K and
     any strides (transposed views included).  On a Hopper GPU aligned 16-bit operands
-    take the persistent TMA kernel, everything else the pointer kernel.
+    take the persistent TMA kernel, everything else the pointer kernel.  Under
+    ``torch.autocast`` both operands are cast to the autocast dtype first, as
+    ``torch.matmul``'s are (:mod:`tilebook.ops.precision`).
 
     Differentiable: ``dA = dC @ B^T`` and ``dB = A^T @ dC`` come from the same kernels
     (:class:`MatmulFunction`).  Inside ``torch.compile`` the call is an operator of
@@ -1166,6 +1169,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     --------
     >>> c = tilebook.matmul(a, b)   # doctest: +SKIP
     """
+    if autocasting(a):  # as torch.matmul: both operands in the autocast dtype
+        a, b = lower(a, b)
     if not (type(a) in _PLAIN and type(b) in _PLAIN and a.dim() == 2 and b.dim() == 2):
         batched = _batched(a, b)
         if batched is not None:

@@ -1,0 +1,71 @@
+"""torch.autocast: the ops that torch runs in the lower precision under autocast
+(matmul, linear, scaled-dot-product attention) do so in tilebook too, with gradients
+back to float32 leaves, eager and under torch.compile."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tilebook
+
+DEV = tilebook.device()
+# The interpreter's bfloat16 arithmetic is wrong: float16 on the CPU.
+LOW = torch.bfloat16 if tilebook.is_gpu() else torch.float16
+TOL = 2e-2
+
+
+def _cases():
+    g = torch.Generator(device="cpu").manual_seed(0)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=g).to(DEV)
+
+    q, k, v = r(1, 2, 16, 32), r(1, 2, 16, 32), r(1, 2, 16, 32)
+    x, w, b = r(24, 32), r(48, 32), r(48)
+    return {
+        "matmul": (tilebook.matmul, torch.matmul, (r(3, 24, 32), r(32, 40))),
+        "linear_act": (
+            lambda x, w, b: tilebook.linear_act(x, w, b, "relu"),
+            lambda x, w, b: F.relu(F.linear(x, w, b)),
+            (x, w, b),
+        ),
+        "flash_attention": (
+            lambda q, k, v: tilebook.flash_attention(q, k, v, causal=True),
+            lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+            (q, k, v),
+        ),
+    }
+
+
+def _rel(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+@pytest.mark.parametrize("name", ["matmul", "linear_act", "flash_attention"])
+def test_autocast_runs_the_op_in_the_lower_precision_as_torch_does(name):
+    ours, theirs, inputs = _cases()[name]
+    leaves = [t.clone().requires_grad_() for t in inputs]
+    with torch.autocast(DEV.type, dtype=LOW):
+        got = ours(*leaves)
+        want = theirs(*inputs)
+    assert got.dtype == want.dtype == LOW
+    # the same computation in float64 from the inputs as autocast cast them
+    ref = theirs(*(t.to(LOW).double() for t in inputs))
+    assert _rel(got, ref) < TOL
+    grads = torch.autograd.grad(got.float().sum(), leaves)
+    assert all(g.dtype == torch.float32 and torch.isfinite(g).all() for g in grads)
+    # outside autocast nothing is cast
+    assert ours(*inputs).dtype == torch.float32
+
+
+@pytest.mark.gpu
+def test_autocast_holds_under_torch_compile():
+    a, b = torch.randn(64, 32, device=DEV), torch.randn(32, 48, device=DEV)
+    torch._dynamo.reset()
+    fn = torch.compile(lambda a, b: tilebook.matmul(a, b), fullgraph=True)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        got = fn(a, b)
+    assert got.dtype == torch.bfloat16
+    assert _rel(got, a.to(torch.bfloat16).double() @ b.to(torch.bfloat16).double()) < TOL
