@@ -22,6 +22,7 @@ from exercise_blocks import exercise_blocks, exercise_intro, exercise_text, run_
 from lesson_source import LessonSource
 
 import tilebook
+import tilebook._launch as launching
 from tilebook.course import bench
 from tilebook.course.bench import RECORDS_DIR, load_record
 from tilebook.course.check import default_tolerance
@@ -170,10 +171,13 @@ def test_the_values_a_thread_holds_are_as_the_lesson_says(lesson):
 def test_the_package_kernels_the_lesson_names(monkeypatch, device):
     """At the widths the lesson describes, the package's launchers run the kernels it links."""
     launched = []
-    real = op.launch
+    real = launching.launch  # every op launches through it (a plan's steps too)
     monkeypatch.setattr(
-        op, "launch", lambda kernel, *a, **k: launched.append(kernel) or real(kernel, *a, **k)
+        launching,
+        "launch",
+        lambda kernel, *a, **k: launched.append(kernel) or real(kernel, *a, **k),
     )
+    launching.PLANS.clear()  # no step relaunches a kernel it kept from another test
     # Small stand-ins for the thresholds, so that the interpreter stays quick.
     monkeypatch.setattr(op, "FWD_CHUNKED_THRESHOLD", 64)
     monkeypatch.setattr(op, "BWD_CHUNKED_THRESHOLD", 64)
