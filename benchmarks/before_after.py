@@ -124,10 +124,31 @@ def _child(only: str) -> None:
         out[f"host {name} fwd+bwd"] = _host_us(fb)
         out[f"host torch {name} fwd"] = _host_us(tfwd)
         out[f"host torch {name} fwd+bwd"] = _host_us(tfb)
+    liger = _liger()
+    if only in liger:
+        lfwd = liger[only]
+        ins = (xs, ws, bs)[: {"softmax": 1, "rms_norm": 2}.get(only, 3)]
+        out[f"host liger {only} fwd"] = _host_us(lambda: lfwd(x, w, b))
+        out[f"host liger {only} fwd+bwd"] = _host_us(step(lfwd, *ins))
     if only == "other":
         out["host vector_add"] = _host_us(lambda: tilebook.vector_add(s, s))
         out["host torch.add"] = _host_us(lambda: torch.add(s, s))
     print(json.dumps({"banner": tilebook.banner(), "file": tilebook.__file__, "us": out}))
+
+
+def _liger() -> dict:
+    """Liger-Kernel's forward per op, where its wheel is importable (its own API)."""
+    try:
+        from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+        from liger_kernel.ops.softmax import LigerSoftmaxFunction
+    except ImportError:
+        return {}
+    return {
+        "rms_norm": lambda x, w, b=None: LigerRMSNormFunction.apply(x, w, 1e-6),
+        "layer_norm": lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5),
+        "softmax": lambda x, *_: LigerSoftmaxFunction.apply(x),
+    }
 
 
 def _run(tree: Path, op: str) -> dict:

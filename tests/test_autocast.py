@@ -56,8 +56,13 @@ def test_autocast_runs_the_op_in_the_lower_precision_as_torch_does(name):
     assert _rel(got, ref) < TOL
     grads = torch.autograd.grad(got.float().sum(), leaves)
     assert all(g.dtype == torch.float32 and torch.isfinite(g).all() for g in grads)
-    # outside autocast nothing is cast
-    assert ours(*inputs).dtype == torch.float32
+    # outside autocast nothing is cast: float32 in, float32 out, or (attention on a
+    # GPU, whose kernels take float16 and bfloat16 only) the dtype error
+    if name == "flash_attention" and tilebook.is_gpu():
+        with pytest.raises(TypeError, match="float32"):
+            ours(*inputs)
+    else:
+        assert ours(*inputs).dtype == torch.float32
 
 
 @pytest.mark.gpu
