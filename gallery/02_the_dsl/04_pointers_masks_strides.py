@@ -194,7 +194,7 @@ copy_report.assert_ok()
 
 
 def timed(launch):
-    return triton.testing.do_bench(launch, warmup=10, rep=40)
+    return triton.testing.do_bench(launch, warmup=10, rep=40, return_mode="median")
 
 
 def measure_strides():

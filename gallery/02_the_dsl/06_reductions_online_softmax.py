@@ -514,7 +514,7 @@ say(
 
 
 def timed(launch):  # one round's timing: do_bench's median in ms
-    return triton.testing.do_bench(launch, warmup=10, rep=40)
+    return triton.testing.do_bench(launch, warmup=10, rep=40, return_mode="median")
 
 
 def measure_contention():
