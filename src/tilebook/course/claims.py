@@ -31,7 +31,15 @@ from typing import Any
 from . import display
 from .prose import Prose, _markup
 
-__all__ = ["MIN_NOISE", "ClaimError", "Claims", "Comparison", "speedup", "within"]
+__all__ = [
+    "MIN_NOISE",
+    "ClaimError",
+    "Claims",
+    "Comparison",
+    "all_faster",
+    "speedup",
+    "within",
+]
 
 CLAIMS_ENV = "TILEBOOK_CLAIMS"
 #: The smallest relative difference ever called real, whatever the spread says.
@@ -96,6 +104,14 @@ def speedup(a: dict[str, Any], b: dict[str, Any], *, min_noise: float = MIN_NOIS
     return Comparison(b_med / a_med, b20 / a80, b80 / a20, min_noise)
 
 
+def all_faster(pairs: dict[tuple[str, str], Comparison]) -> tuple[bool, str]:
+    """``(holds, evidence)`` for "each ``a`` is faster than its ``b``", from
+    ``{(a, b): speedup(row_a, row_b)}``: a claim of :meth:`Claims.check_all` in one line.
+    No pairs hold nothing."""
+    evidence = "; ".join(c.evidence(a, b) for (a, b), c in pairs.items())
+    return bool(pairs) and all(c.faster for c in pairs.values()), evidence
+
+
 def within(value: float, target: float, rel: float) -> bool:
     """``value`` is within ``rel`` (a fraction) of ``target``."""
     if rel < 0:
@@ -157,6 +173,23 @@ class Claims:
                 + f" ({self._caption()})"
             )
         self.items.append(_Claim(text, holds, evidence))
+        return self
+
+    def check_all(self, spec: dict[str, Any]) -> Claims:
+        """Check each claim of ``spec``, ``{text: (holds, evidence)}``, in its order.
+
+        A value may be ``holds`` alone, or a function that returns either, called
+        only when there is data to check against (``source`` not None): a check
+        may then read rows that a missing record lacks.  Returns ``self``, so that
+        ``Claims(...).check_all({...})`` ending a cell shows the claims.
+        """
+        for text, value in spec.items():
+            if self.source is None:
+                self.check(text, False)  # shown as not checked
+                continue
+            got = value() if callable(value) else value
+            holds, evidence = got if isinstance(got, tuple) else (got, "")
+            self.check(text, holds, evidence)
         return self
 
     @property
