@@ -152,6 +152,7 @@ def measure_interleaved(
     flops: int | dict[str, int] | None = None,
     warmup: float = 25,
     rep: float = 100,
+    timer: Callable[[Callable[[], Any]], float] | None = None,
 ) -> dict[str, Measurement]:
     """Time several functions in turn, ``rounds`` times over: A B C, A B C, ...
 
@@ -162,6 +163,9 @@ def measure_interleaved(
     function's ``median_ms`` is the median of its per-round medians, and ``p20_ms``
     / ``p80_ms`` the 20th and 80th percentiles of those, so they show the drift.
     ``bytes_moved`` and ``flops`` are one number for all or a dict by name.
+    ``timer(fn)``, when given, times one round of ``fn`` and returns its median in
+    milliseconds: a lesson passes its own ``do_bench`` call, so that the reader sees
+    what times the kernels (``warmup`` and ``rep`` are then the timer's business).
     """
     _require_gpu("measure_interleaved()")
     if not isinstance(rounds, int) or rounds < 1:
@@ -175,7 +179,10 @@ def measure_interleaved(
     per_round: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
-            per_round[name].append(measure(fn, warmup=warmup, rep=rep).median_ms)
+            if timer is None:
+                per_round[name].append(measure(fn, warmup=warmup, rep=rep).median_ms)
+            else:
+                per_round[name].append(float(timer(fn)))
     out = {}
     for name, times in per_round.items():
         q = torch.quantile(
@@ -195,6 +202,7 @@ def compare(
     flops: int | dict[str, int] | None = None,
     warmup: float = 10,
     rep: float = 40,
+    timer: Callable[[Callable[[], Any]], float] | None = None,
     **fields: Any,
 ) -> list[dict[str, Any]]:
     """Time ``impls`` against each other in interleaved rounds: one row per implementation.
@@ -204,10 +212,16 @@ def compare(
     so it includes the drift that :mod:`tilebook.course.claims` must not mistake for a
     difference.  The defaults (fewer and shorter rounds than
     :func:`measure_interleaved`'s) keep a lesson inside its time budget;
-    ``benchmarks/`` passes more.
+    ``benchmarks/`` passes more.  ``timer``: as in :func:`measure_interleaved`.
     """
     got = measure_interleaved(
-        impls, rounds=rounds, bytes_moved=bytes_moved, flops=flops, warmup=warmup, rep=rep
+        impls,
+        rounds=rounds,
+        bytes_moved=bytes_moved,
+        flops=flops,
+        warmup=warmup,
+        rep=rep,
+        timer=timer,
     )
     return [{**fields, "impl": name, **m.as_row()} for name, m in got.items()]
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import html
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +80,16 @@ class Comparison:
     def tied(self) -> bool:
         """Neither is faster beyond the spread."""
         return not (self.faster or self.slower)
+
+    @property
+    def verdict(self) -> str:
+        """``a`` against ``b`` in a word: ``"ahead"``, ``"behind"`` or ``"tie"``."""
+        return "ahead" if self.faster else "behind" if self.slower else "tie"
+
+    @property
+    def standing(self) -> str:
+        """``a`` against ``b`` for a sentence: "is ahead of", "is behind" or "ties with"."""
+        return {"ahead": "is ahead of", "behind": "is behind", "tie": "ties with"}[self.verdict]
 
     def evidence(self, a: str = "it", b: str = "the other") -> str:
         said = (
@@ -157,6 +168,22 @@ class Claims:
                 + f" ({self._caption()})"
             )
         self.items.append(_Claim(text, holds, evidence))
+        return self
+
+    def check_all(self, claims: Mapping[str, Any]) -> Claims:
+        """:meth:`check` each ``{text: check}`` in order: one table of a part's claims.
+
+        A check is ``holds``, ``(holds, evidence)``, or a :class:`Comparison`, which
+        claims that its ``a`` is faster beyond the spread (its evidence says by how
+        much).  Returns ``self``, to be shown where the table ends.
+        """
+        if not isinstance(claims, Mapping) or not claims:
+            raise TypeError("Claims.check_all() takes a non-empty {claim: check} mapping")
+        for text, spec in claims.items():
+            if isinstance(spec, Comparison):
+                spec = (spec.faster, spec.evidence())
+            holds, evidence = spec if isinstance(spec, tuple) else (spec, "")
+            self.check(text, holds, evidence)
         return self
 
     @property
