@@ -16,13 +16,13 @@ import pytest
 
 TARGET = 0.15
 CEILING = {
-    "01_why_triton": 0.48,
+    "01_why_triton": 0.46,
     "02_programs_and_grid": 0.48,
     "03_python_to_ptx": 0.43,
     "04_pointers_masks_strides": TARGET,
     "05_dot_and_tensor_cores": TARGET,
     "06_reductions_online_softmax": 0.22,
-    "07_vector_add": 0.55,  # the reader review of 623e0b6 asked for one more sentence
+    "07_vector_add": 0.45,
     "08_linear_act": 0.34,
     "09_matmul": 0.26,
     "10_softmax": 0.21,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import html
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,6 +88,16 @@ class Comparison:
     def tied(self) -> bool:
         """Neither is faster beyond the spread."""
         return not (self.faster or self.slower)
+
+    @property
+    def verdict(self) -> str:
+        """``a`` against ``b`` in a word: ``"ahead"``, ``"behind"`` or ``"tie"``."""
+        return "ahead" if self.faster else "behind" if self.slower else "tie"
+
+    @property
+    def standing(self) -> str:
+        """``a`` against ``b`` for a sentence: "is ahead of", "is behind" or "ties with"."""
+        return {"ahead": "is ahead of", "behind": "is behind", "tie": "ties with"}[self.verdict]
 
     def evidence(self, a: str = "it", b: str = "the other") -> str:
         said = (
@@ -175,20 +186,27 @@ class Claims:
         self.items.append(_Claim(text, holds, evidence))
         return self
 
-    def check_all(self, spec: dict[str, Any]) -> Claims:
-        """Check each claim of ``spec``, ``{text: (holds, evidence)}``, in its order.
+    def check_all(self, claims: Mapping[str, Any]) -> Claims:
+        """:meth:`check` each ``{text: check}`` in order: one table of a part's claims.
 
-        A value may be ``holds`` alone, or a function that returns either, called
-        only when there is data to check against (``source`` not None): a check
-        may then read rows that a missing record lacks.  Returns ``self``, so that
-        ``Claims(...).check_all({...})`` ending a cell shows the claims.
+        A check is ``holds``, ``(holds, evidence)``, a :class:`Comparison` (the claim
+        that its ``a`` is faster beyond the spread; its evidence says by how much), or
+        a function that returns one of those, called only when there is data to check
+        against (``source`` not None): a check may then read rows that a missing
+        record lacks.  Returns ``self``, so that ``Claims(...).check_all({...})``
+        ending a cell shows the claims.
         """
-        for text, value in spec.items():
+        if not isinstance(claims, Mapping) or not claims:
+            raise TypeError("Claims.check_all() takes a non-empty {claim: check} mapping")
+        for text, spec in claims.items():
             if self.source is None:
                 self.check(text, False)  # shown as not checked
                 continue
-            got = value() if callable(value) else value
-            holds, evidence = got if isinstance(got, tuple) else (got, "")
+            if callable(spec) and not isinstance(spec, Comparison):
+                spec = spec()
+            if isinstance(spec, Comparison):
+                spec = (spec.faster, spec.evidence())
+            holds, evidence = spec if isinstance(spec, tuple) else (spec, "")
             self.check(text, holds, evidence)
         return self
 
