@@ -202,7 +202,7 @@ def _op_forward(
     right: int,
     band: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(o, lse)`` for checked inputs and the mask ``_Mask(left, right, band)``."""
+    """``(o, lse)`` for checked inputs and the mask ``Mask(left, right, band)``."""
     B, H, Nq, D = q.shape
     if k.shape[2] == 0 or q.numel() == 0:
         o = torch.zeros((B, H, Nq, D), dtype=q.dtype, device=q.device)
@@ -259,7 +259,8 @@ flash_attention_backward_op = library.define_opaque(
 
 
 def _compiled(q, k, v, causal, sm_scale, window, document_ids) -> torch.Tensor:
-    """:func:`flash_attention` inside torch.compile: the checks, then the operator."""
+    """:func:`flash_attention` inside torch.compile: the checks, then the autograd
+    Function, whose forward and backward call the operators."""
     _check_args(q, k, v, causal, sm_scale, window, document_ids)
     scale = float(sm_scale) if sm_scale is not None else 1.0 / math.sqrt(q.shape[3])
     mask = mask_for(causal, window, q.shape[2], k.shape[2])
