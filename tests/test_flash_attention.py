@@ -425,7 +425,7 @@ class _Watch:
 
     def __init__(self, monkeypatch):
         self.anew, self.again, self.refuse = [], [], False
-        self.launched = set()
+        self.launched = {}
         real_launch, real_call = _launch.launch, _launch.Step.__call__
 
         def launch(kernel, grid, *args, **meta):
@@ -447,7 +447,7 @@ class _Watch:
             return kept
 
         def anew(step, *args):
-            self.launched.add(id(step))
+            self.launched[id(step)] = step  # kept alive: no later step takes its id
             return real_anew(step, *args)
 
         real_anew = _launch.Step.anew
