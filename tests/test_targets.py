@@ -95,7 +95,7 @@ def test_every_kernel_function_is_found():
     kernels = _kernel_functions()
     assert len(kernels) >= 20
     assert kernels >= HOPPER_ONLY
-    assert "tilebook.ops.flash_attention:_bwd_dq_kernel" in kernels
+    assert "tilebook.ops.attention_bwd:_bwd_dq_kernel" in kernels
     # A Gluon kernel not listed in GLUON would be compiled by no test.
     assert _kernel_functions(gluon=True) == (GLUON if attention_hopper.available() else set())
 
