@@ -271,7 +271,12 @@ def test_bad_inputs():
     _err(ValueError, "batch", q, torch.cat([k, k]), torch.cat([v, v]))
     _err(TypeError, "same dtype", q, k.half(), v.half())
     _err(TypeError, "dtype", q.int(), k.int(), v.int())
-    _err(ValueError, "head dim 48 is not supported", *make_qkv(1, 2, 2, 8, 8, 48))
+    _err(
+        ValueError,
+        "head dim 50 is not supported; supported: multiples of 8",
+        *make_qkv(1, 2, 2, 8, 8, 50),
+    )
+    _err(ValueError, "head dim 264 is not supported", *make_qkv(1, 2, 2, 8, 8, 264))
     meta = torch.empty(1, 4, 8, 32, device="meta")
     _err(ValueError, "device|on meta", meta, k, v)
     _err(TypeError, "causal must be a bool", q, k, v, causal=1)
@@ -533,3 +538,23 @@ def test_sm_scale_is_the_former_name_of_scale(monkeypatch):
         fa.flash_attention(q, k, v, scale=0.3, sm_scale=0.3)
     with pytest.raises(TypeError, match="unexpected keyword argument 'softmax_scale'"):
         fa.flash_attention(q, k, v, softmax_scale=0.3)
+
+
+@pytest.mark.parametrize("D", [8, 48, 80, 96])
+def test_head_dims_between_the_tiles_run_padded_and_exact(D):
+    """Any multiple of 8 up to 256, as FlashAttention takes: forward and gradients
+    against float64, with grouped heads, a causal window and a short query block."""
+    q, k, v = make_qkv(1, 4, 2, 24, 40, D)
+    out = check_against_reference(q, k, v, causal=True, window=(16, None))
+    assert out.shape[-1] == D and out.is_contiguous()
+    # the default scale is D's, not the padded width's
+    ref = reference(q, k, v, scale=1 / math.sqrt(D))
+    assert rel_err(fa.flash_attention(q, k, v), ref) < TOL[q.dtype]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("D", [80, 96])
+def test_gpu_head_dims_80_and_96_in_half_precision(D):
+    for dtype in (torch.float16, torch.bfloat16):
+        q, k, v = make_qkv(2, 8, 2, 300, 300, D, dtype=dtype)
+        check_against_reference(q, k, v, causal=True)

@@ -26,6 +26,7 @@ import warnings
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from .. import runtime
 from .._launch import PLANS, call_key, plain
@@ -150,7 +151,9 @@ def _check_args(q, k, v, causal, sm_scale, window, document_ids) -> None:
         )
     if D not in HEAD_DIMS:
         raise ValueError(
-            f"{_OP}: head dim {D} is not supported; supported: {', '.join(map(str, HEAD_DIMS))}"
+            f"{_OP}: head dim {D} is not supported; supported: multiples of 8 up to "
+            f"{HEAD_DIMS[-1]} (those other than {', '.join(map(str, HEAD_DIMS))} are "
+            "zero-padded to the next of these)"
         )
     if not isinstance(causal, bool):
         raise TypeError(f"{_OP}: causal must be a bool, got {type(causal).__name__}")
@@ -309,7 +312,9 @@ def flash_attention(
     ----------
     q
         ``(B, H, Nq, D)`` queries; float16 or bfloat16 on a GPU (float32 too under the
-        interpreter).  ``D`` is one of 32, 64, 128, 256.
+        interpreter).  ``D`` is a multiple of 8 up to 256, as FlashAttention takes;
+        the kernels have tiles for 32, 64, 128 and 256, and another ``D`` (80, 96,
+        ...) runs padded with zeros to the next of these: exact, at that size's cost.
     k, v
         ``(B, Hkv, Nk, D)`` keys and values of q's dtype and device, with ``H`` a
         multiple of ``Hkv``: grouped-query (and, with ``Hkv = 1``, multi-query)
@@ -359,6 +364,10 @@ def flash_attention(
     sm_scale = scale if not deprecated else _renamed_scale(scale, deprecated)
     if autocasting(q):
         q, k, v = lower(q, k, v)  # as scaled_dot_product_attention under autocast
+    if isinstance(q, torch.Tensor) and q.ndim == 4 and q.shape[3] not in HEAD_DIMS:
+        padded = _padded_head_dim(q, k, v, causal, sm_scale, window, document_ids)
+        if padded is not None:
+            return padded
     if _compiling():
         return _compiled(q, k, v, causal, sm_scale, window, document_ids)
     key = None
@@ -402,6 +411,32 @@ def flash_attention(
         return FlashAttentionFunction.apply(q, k, v, doc, scale, plan)
     # Nothing for autograd to record: no Function (and its host time) around it.
     return forward(plan, q, k, v, doc, scale)[0]
+
+
+def _padded_head_dim(q, k, v, causal, sm_scale, window, document_ids) -> torch.Tensor | None:
+    """Attention for a head dimension the kernels have no tiles for (a multiple of 8 up
+    to 256, such as 80 or 96): q, k and v padded with zeros to the next of
+    :data:`HEAD_DIMS`, the output cut back.  Zero columns add nothing to ``q @ k^T``
+    and give zero output columns, so the result is exact; the cost is the padded
+    dimension's work and the copies.  None where the shapes are not of that kind (the
+    checks then name what is taken)."""
+    D = q.shape[3]
+    if not (
+        D % 8 == 0
+        and 0 < D < HEAD_DIMS[-1]
+        and isinstance(k, torch.Tensor)
+        and isinstance(v, torch.Tensor)
+        and k.ndim == v.ndim == 4
+        and k.shape[3] == v.shape[3] == D
+    ):
+        return None
+    width = next(d for d in HEAD_DIMS if d > D)
+    pad = (0, width - D)
+    scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)
+    q, k, v = F.pad(q, pad), F.pad(k, pad), F.pad(v, pad)
+    out = flash_attention(q, k, v, causal=causal, scale=scale, window=window,
+                          document_ids=document_ids)  # fmt: skip
+    return out[..., :D].contiguous()
 
 
 def _masked_key(q, k, v, causal: bool, window, document_ids) -> tuple | None:
