@@ -42,7 +42,9 @@ def no_autotuning(monkeypatch):
 
 
 def _picked(kernel, m, n, k):
-    return [p for p in mm.picked_configs() if (p["kernel"], p["M"], p["N"], p["K"]) == (kernel, m, n, k)]
+    return [
+        p for p in mm.picked_configs() if (p["kernel"], p["M"], p["N"], p["K"]) == (kernel, m, n, k)
+    ]
 
 
 def rand(*shape, dtype=torch.float32):

@@ -35,12 +35,12 @@ from .matmul import (
     ACTIVATIONS,
     MM_DTYPES,
     ProductFunction,
-    _plan,
     check_activation,
     check_impl,
     compiled,
     is_operand,
 )
+from .matmul_plan import make_plan
 from .precision import autocasting, lower
 
 __all__ = ["ACTIVATIONS", "linear_act"]
@@ -151,7 +151,7 @@ def linear_act(
     # a copy is passed as it is, and its plan is not kept (x would not be the copy).
     direct = x2.data_ptr() == x.data_ptr()
     held, shape = (x, (*lead, n_out)) if direct else (x2, (x2.shape[0], n_out))
-    plan = _plan(x2, weight.t(), bias, activation, impl, _OP, shape, linear=True)
+    plan = make_plan(x2, weight.t(), bias, activation, impl, _OP, shape, linear=True)
     if key is not None and direct and bias is given:
         PLANS.remember(key, plan)
     if _grad_enabled() and (x.requires_grad or weight.requires_grad

@@ -1,20 +1,14 @@
 """Matrix products with a fused epilogue, ``act(a @ b + bias)``: :func:`matmul`,
-:func:`fused_matmul` (and through it :func:`tilebook.linear_act`), their launcher,
-autograd and ``torch.library`` operators.
+:func:`fused_matmul` (and through it :func:`tilebook.linear_act`), their autograd and
+``torch.library`` operators.
 
 The kernels live in two modules: the portable pointer kernel and the tuning rules in
 :mod:`tilebook.ops.matmul_kernels`, the Hopper kernel (TMA loads, wgmma, a persistent
 grid) in :mod:`tilebook.ops.matmul_hopper`; their public names are importable from
 here too.  On a Hopper GPU aligned 16-bit operands take the Hopper kernel, large
 unaligned ones take it through aligned copies, everything else the pointer kernel.
-
-A small product takes about as long on the GPU as a Python call through the
-autotuner and Triton's JIT takes on the host (a 2048-cubed bf16 product: about 29 us
-on an H100).  So each kind of call is planned once (:class:`Product`, kept in
-:data:`tilebook._launch.PLANS` under the call's key): its first call autotunes (or
-finds the pick Triton's autotuner keeps), the second launches the pick through
-:func:`tilebook._launch.launch`, and later ones start the compiled kernel directly
-(host time against GPU time: ``benchmarks/host_overhead.py``).
+Which one a call takes, and how it launches again, is planned once per kind of call
+(:mod:`tilebook.ops.matmul_plan`).
 
 Autograd (:class:`ProductFunction`): ``dA = dZ @ B^T`` and ``dB = A^T @ dZ`` from the
 same kernels, reading the transposed views in place, and ``dbias = dZ.sum(0)``
@@ -35,7 +29,7 @@ from __future__ import annotations
 import torch
 
 from .. import runtime
-from .._launch import PLANS, Step, call_key, device_guard, ensure_cuda_context, launch, plain
+from .._launch import PLANS, call_key, launch, plain
 from ..validation import check_same_dtype_device, check_tensor
 from . import library, matmul_hopper, matmul_kernels
 from .epilogue import ACTIVATIONS, epilogue
@@ -62,6 +56,7 @@ from .matmul_kernels import (
     smem_budget_for,
     tile_coords,
 )
+from .matmul_plan import Product, f32_dot, make_plan, picked_configs, planned
 from .precision import autocasting, lower
 
 __all__ = [
@@ -95,156 +90,10 @@ __all__ = [
 
 MM_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 IMPLS = ("auto", "tma", "pointer")
-_OP = "fused_matmul"
 # Read by tests of other modules (tests/test_devices.py, tests/test_lesson_09.py).
 _tma_supported, _fits = tma_supported, matmul_kernels.fits
-
 _F32 = torch.float32
 _tf32_allowed = torch._C._get_cublas_allow_tf32  # torch.backends.cuda.matmul.allow_tf32
-_GPU = runtime.is_gpu()
-
-
-def f32_dot(dtype: torch.dtype) -> str:
-    """How the pointer kernel multiplies ``dtype`` operands on the tensor cores: float32
-    as TF32 only where ``torch.backends.cuda.matmul.allow_tf32`` allows it, as
-    ``torch.matmul`` does (off by default); else in full float32 ("ieee")."""
-    return "ieee" if dtype is _F32 and not _tf32_allowed() else "tf32"
-
-
-# --------------------------------------------------------------------------- plans
-
-
-class Product:
-    """The plan of one kind of product call, fixed by its call key: which kernel
-    (``kind``: ``"tma"``, ``"pointer"``, None when the output is empty), its flags, the
-    output's shape, which operands go through aligned copies (``stage``), and once the
-    first call has autotuned, its :class:`~tilebook._launch.Step` and the builder of
-    its runtime arguments.
-
-    ``plan(a, b, bias)`` returns ``act(a @ b + bias)`` in a new tensor.  For a
-    ``linear`` plan (:func:`tilebook.linear_act`) ``a`` is ``x`` (its rows as the
-    product's A) and ``b`` the weight (the product's B transposed).
-    """
-
-    __slots__ = ("args", "dtype", "fast", "flags", "kind", "linear", "mnk", "shape", "stage",
-                 "step")  # fmt: skip
-
-    def __init__(self, kind, shape, mnk, dtype, flags, stage=None, linear=False):
-        self.kind, self.shape, self.mnk, self.dtype = kind, shape, mnk, dtype
-        self.flags, self.stage, self.linear = flags, stage, linear
-        self.step = self.fast = self.args = None
-
-    def __call__(self, a, b, bias):
-        c = a.new_empty(self.shape)
-        step = self.fast
-        if step is None:  # the first call, a staged plan, or nothing to launch
-            if self.kind is not None:
-                self._slow(a, b, c, bias)
-            return c
-        if c.is_cuda:  # a thread's first CUDA work may be this launch (a backward's)
-            ensure_cuda_context(c.device)
-        args = self.args(a, b, c, bias)
-        if c.data_ptr() & 15:
-            step.anew(*args)  # not the specialisation the plan launched: launch() keys it
-        else:
-            step(*args) or step.anew(*args)
-        return c
-
-    def _slow(self, a, b, c, bias) -> None:
-        if self.linear:  # the product's own 2-D operands
-            a, b, c = a.reshape(-1, a.shape[-1]), b.t(), c.view(-1, c.shape[-1])
-        if c.is_cuda:
-            ensure_cuda_context(c.device)
-        if self.stage is None:
-            return self._launch(a, b, c, bias)
-        copy_a, copy_b, pad_c = self.stage
-        out = matmul_hopper.aligned_empty(c) if pad_c else c
-        a = matmul_hopper.aligned_copy(a) if copy_a else a
-        b = matmul_hopper.aligned_copy(b) if copy_b else b
-        self._launch(a, b, out, bias)
-        if pad_c:
-            c.copy_(out)
-
-    def _launch(self, a, b, c, bias) -> None:
-        if self.step is None:  # autotune (Triton keeps the pick per autotuning key)
-            tune = matmul_hopper.tune if self.kind == "tma" else matmul_kernels.tune
-            with device_guard(c):
-                kernel, grid, meta, self.args = tune(a, b, c, bias, self.flags)
-            self.step = Step(kernel, grid, meta)
-            if self.stage is None:
-                self.fast = self.step
-            return
-        args = self.args(a, b, c, bias)
-        self.step(*args) or self.step.anew(*args)
-
-
-def _plan(a, b, bias, activation: str, impl: str, op: str, shape, linear=False) -> Product:
-    """The plan of a product of checked 2-D operands (``bias`` contiguous or None)."""
-    M, K = a.shape
-    N = b.shape[1]
-    flags = {"HAS_BIAS": bias is not None, "ACTIVATION": activation}
-    if M == 0 or N == 0:
-        return Product(None, shape, (M, N, K), a.dtype, flags)
-    want_tma = impl == "tma" or (impl == "auto" and _GPU)
-    tma_ok = want_tma and K > 0 and a.dtype in TMA_DTYPES and tma_supported(a.device)
-    if impl == "tma" and not tma_ok:
-        raise ValueError(
-            f"{op}: impl='tma' needs 16-bit operands (float16 or bfloat16) and K > 0, on a "
-            "Hopper GPU or under the interpreter"
-        )
-    if tma_ok:
-        a_t, b_t = tma_layout(a), tma_layout(b)
-        c_ok = N * a.element_size() % 16 == 0  # rows of the fresh, contiguous output
-        if a_t is not None and b_t is not None and c_ok:
-            flags |= {"A_T": a_t, "B_T": b_t}
-            return Product("tma", shape, (M, N, K), a.dtype, flags, None, linear)
-        if impl == "tma" or M * N * K >= STAGE_MIN_MACS:
-            stage = (a_t is None, b_t is None, not c_ok)
-            flags |= {"A_T": bool(a_t), "B_T": bool(b_t)}  # a copy is row-major
-            return Product("tma", shape, (M, N, K), a.dtype, flags, stage, linear)
-    flags |= {"INT64": matmul_kernels.needs_int64(a, b, M, N), "F32_DOT": f32_dot(a.dtype)}
-    return Product("pointer", shape, (M, N, K), a.dtype, flags, None, linear)
-
-
-def _planned(a, b, bias, activation: str, impl: str) -> torch.Tensor:
-    """``act(a @ b + bias)`` for checked 2-D operands, with no autograd: the backward's
-    products and the Hopper operator's body."""
-    if bias is not None and not bias.is_contiguous():
-        bias = bias.contiguous()
-    if not (plain(a) and plain(b) and (bias is None or plain(bias))):
-        return _plan(a, b, bias, activation, impl, _OP, (a.shape[0], b.shape[1]))(a, b, bias)
-    key = call_key(a, b, bias, _plan, activation, impl, a.dtype is _F32 and _tf32_allowed())
-    plan = PLANS.get(key)
-    if plan is None:
-        plan = _plan(a, b, bias, activation, impl, _OP, (a.shape[0], b.shape[1]))
-        PLANS.remember(key, plan)
-    return plan(a, b, bias)
-
-
-def picked_configs() -> list[dict]:
-    """What the autotuner picked for each kind of call planned so far, one dict per pick.
-
-    Keys: ``kernel`` (``"tma"`` or ``"pointer"``), ``M``, ``N``, ``K``, ``dtype``,
-    ``activation``, ``has_bias``, ``config`` (``"128x256x64 w8 s3"``: tile, warps,
-    stages) and ``kwargs`` (every constant and launch option of the pick).
-    """
-    out, seen = [], set()
-    for plan in list(PLANS.values()):
-        if type(plan) is not Product or plan.step is None:
-            continue
-        kw = plan.step.meta
-        M, N, K = plan.mnk
-        tile = f"{kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']}"
-        config = f"{tile} w{kw['num_warps']} s{kw['num_stages']}"
-        pick = {"kernel": plan.kind, "M": M, "N": N, "K": K,
-                "dtype": str(plan.dtype).removeprefix("torch."), "activation": kw["ACTIVATION"],
-                "has_bias": kw["HAS_BIAS"], "config": config, "kwargs": dict(kw)}  # fmt: skip
-        mark = repr(sorted(pick.items()))
-        if mark not in seen:
-            seen.add(mark)
-            out.append(pick)
-    return out
-
 
 # --------------------------------------------------------------------------- autograd
 
@@ -288,7 +137,7 @@ class ProductFunction(torch.autograd.Function):
     def backward(ctx, dy):
         a, b, bias, y = ctx.saved_tensors
         need_a, need_b, need_bias = ctx.needs_input_grad[:3]
-        product, act_grad = (traced_product, act_grad_op) if _compiling() else (_planned, _act_grad)
+        product, act_grad = (traced_product, act_grad_op) if _compiling() else (planned, _act_grad)
         linear, activation, n = ctx.linear, ctx.activation, dy.shape[-1]
         # The product's own 2-D operands: A (M, K), B (K, N), dZ (M, N).
         a2 = a.reshape(-1, a.shape[-1]) if linear and a is not None else a
@@ -344,7 +193,7 @@ def _op_eager(
     a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, activation: str, impl: str
 ) -> torch.Tensor:
     """``activation(a @ b + bias)`` as an eager call with no autograd computes it."""
-    return _planned(a, b, bias, activation, impl)
+    return planned(a, b, bias, activation, impl)
 
 
 def _op_eager_fake(a, b, bias, activation, impl):
@@ -484,7 +333,7 @@ def _product(a, b, bias, activation, impl, op) -> torch.Tensor:
     key = None
     if plain(a) and plain(b) and (bias is None or plain(bias)):
         # A repeat call: its key fixes everything the checks and the plan looked at.
-        key = call_key(a, b, bias, _plan, activation, impl, a.dtype is _F32 and _tf32_allowed())
+        key = call_key(a, b, bias, make_plan, activation, impl, a.dtype is _F32 and _tf32_allowed())
         try:
             plan = PLANS.get(key)
         except TypeError:  # an unhashable activation or impl: the checks say what is wrong
@@ -498,7 +347,7 @@ def _product(a, b, bias, activation, impl, op) -> torch.Tensor:
     given = bias
     if bias is not None and not bias.is_contiguous():
         bias = bias.contiguous()  # the kernels read the bias with unit stride
-    plan = _plan(a, b, bias, activation, impl, op, (a.shape[0], b.shape[1]))
+    plan = make_plan(a, b, bias, activation, impl, op, (a.shape[0], b.shape[1]))
     if key is not None and bias is given:
         PLANS.remember(key, plan)
     if _grad_enabled() and (a.requires_grad or b.requires_grad
