@@ -120,6 +120,7 @@ class ProductFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, a, b, bias, activation: str, impl: str, linear: bool, plan):
+        """``act(a @ b + bias)``, keeping what the backward reads."""
         y = _traced(a, b, bias, activation, impl, linear) if _compiling() else plan(a, b, bias)
         need_a, need_b = ctx.needs_input_grad[:2]
         again = activation not in ("none", "relu")  # the backward recomputes Z
@@ -135,6 +136,7 @@ class ProductFunction(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, dy):
+        """The gradients of ``a``, ``b`` and ``bias`` that were asked for."""
         a, b, bias, y = ctx.saved_tensors
         need_a, need_b, need_bias = ctx.needs_input_grad[:3]
         product, act_grad = (traced_product, act_grad_op) if _compiling() else (planned, _act_grad)
