@@ -230,3 +230,28 @@ def test_softmax_backward_replay_runs_the_kernel_with_its_arguments():
     want = yd * (dyd - (yd * dyd).sum(-1, keepdim=True))
     assert got is not None and _rel(got, want) < 1e-5
     assert sm._replay_bwd(lambda *a: False, y.shape, first.data_ptr() & 15)(y, dy2) is None
+
+
+@pytest.mark.parametrize("parameter", [False, True])
+def test_product_training_steps_stay_right(parameter):
+    """matmul and linear_act: training steps with fresh tensors of one kind take the
+    call's plan (tilebook.ops.matmul_plan) forward and backward, with calls of other
+    kinds between them (no grad; a strided bias, copied; a stride-0 dy): each step is
+    right, forward and backward."""
+    for step in range(3):
+        x = torch.randn(2, 5, 24, device=DEV, requires_grad=True)
+        w = _weight(torch.randn(12, 24, device=DEV) / 5, parameter)
+        bias = torch.randn(24 if step == 1 else 12, device=DEV)
+        bias = _weight(bias[::2] if step == 1 else bias, parameter and step != 1)
+        b = _weight(torch.randn(24, 7, device=DEV), parameter)
+        xd, wd, bd, b64 = (t.detach().double().requires_grad_() for t in (x, w, bias, b))
+        dy = torch.randn(2, 5, 12, device=DEV)
+        if step == 2:  # dy as y.sum() gives it: a stride-0 view
+            dy = torch.ones(1, device=DEV).expand(2, 5, 12)
+        y = tilebook.linear_act(x, w, bias, "gelu")
+        _grads_right(y, (x, w, bias), F.gelu(F.linear(xd, wd, bd)), (xd, wd, bd), dy)
+        y = tilebook.matmul(x, b)
+        _grads_right(y, (x, b), xd @ b64, (xd, b64), dy[..., :7].contiguous())
+        with torch.no_grad():  # the no-grad kind, between two training steps
+            y = tilebook.linear_act(x, w, bias, "silu")
+        assert y.grad_fn is None and _rel(y, F.silu(F.linear(xd, wd, bd))) < 1e-5

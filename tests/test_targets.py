@@ -30,7 +30,7 @@ from tilebook.ops import attention_hopper
 from tilebook.ops.targets import TARGET_ARCHS, all_jobs
 
 #: Kernels the package launches only on Hopper (TMA and wgmma).
-HOPPER_ONLY = {"tilebook.ops.matmul:matmul_tma_kernel"}
+HOPPER_ONLY = {"tilebook.ops.matmul_hopper:matmul_tma_kernel"}
 #: Gluon kernels (sm_90 only): outside the Triton jobs here; ``tests/test_attention_hopper.py``
 #: compiles each ahead of time for sm_90 (``attention_hopper.compile_ahead``).
 GLUON = {"tilebook.ops.attention_hopper:_fwd_kernel"}
