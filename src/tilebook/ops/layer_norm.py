@@ -39,6 +39,7 @@ from .._launch import PLANS, call_key, plain
 from . import library, norms
 from .norms import MAX_HIDDEN
 from .partials import sum_partials_kernel
+from .precision import autocasting, upper
 from .rows import load_rows, store_rows
 
 __all__ = [
@@ -706,6 +707,10 @@ def layer_norm(
     --------
     >>> y = tilebook.layer_norm(x, weight, bias, eps=1e-5)   # doctest: +SKIP
     """
+    if autocasting(x):
+        x, weight, bias = upper(
+            "layer_norm", x, weight, bias
+        )  # as torch's layer_norm under autocast
     if _compiling():
         return _compiled(x, weight, bias, eps)
     key = plan = None

@@ -32,6 +32,7 @@ import triton.language as tl
 from .._launch import Memo, launch, plain, sm_count
 from ..validation import check_tensor
 from . import library
+from .precision import autocasting, upper
 
 __all__ = [
     "ONLINE_BLOCK",
@@ -667,6 +668,8 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     --------
     >>> p = tilebook.softmax(logits, dim=-1)   # doctest: +SKIP
     """
+    if autocasting(x):
+        (x,) = upper("softmax", x)  # as torch.softmax under autocast (float32 on a GPU)
     if _compiling():
         return _compiled(x, dim)
     grad = x.requires_grad and _grad_enabled() if plain(x) else None
