@@ -33,6 +33,9 @@ the one here; :func:`tilebook.course.exercises.check` checks kernels of any shap
 # %%
 # Setting up
 # ----------
+# What the page says of its measurements (tables, sentences, claims checked
+# against the data) is made from the data by
+# :mod:`tilebook.course.experiments.programs` (``experiment`` below).
 
 import tilebook
 

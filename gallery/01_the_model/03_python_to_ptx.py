@@ -36,6 +36,8 @@ checked by :func:`tilebook.course.exercises.check_elementwise`.
 # %%
 # Setting up
 # ----------
+# What the page says of its compiles (tables, sentences, claims checked against
+# the builds) is made from the builds by :mod:`tilebook.course.experiments.stages`.
 
 import tilebook
 
