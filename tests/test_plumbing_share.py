@@ -17,8 +17,8 @@ import pytest
 TARGET = 0.15
 CEILING = {
     "01_why_triton": 0.61,
-    "02_programs_and_grid": 0.49,
-    "03_python_to_ptx": 0.54,
+    "02_programs_and_grid": 0.14,
+    "03_python_to_ptx": 0.03,
     "04_pointers_masks_strides": 0.16,
     "05_dot_and_tensor_cores": 0.30,
     "06_reductions_online_softmax": 0.34,
@@ -26,7 +26,7 @@ CEILING = {
     "08_linear_act": 0.34,
     "09_matmul": 0.27,
     "10_softmax": 0.23,
-    "11_rms_norm": 0.45,
+    "11_rms_norm": 0.07,
     "12_flash_attention": TARGET,
     "13_autotune_pipelining_pitfalls": 0.30,
     "14_autograd_profiling": 0.30,
