@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._launch import Memo, launch, plain, sm_count
+from .._launch import PLANS, Step, call_key, plain, plain_grad, sm_count
 from ..validation import check_tensor
 from . import library
 from .precision import autocasting, upper
@@ -383,198 +383,172 @@ def _meta(cfg: SoftmaxConfig, n_rows: int, n_cols: int, *tensors: torch.Tensor) 
     return meta
 
 
-def launch_softmax_forward(
-    x: torch.Tensor, y: torch.Tensor, config: SoftmaxConfig | None = None
-) -> torch.Tensor:
-    """Softmax of each row of the 2-D ``x`` into ``y``.
+def _step(cfg: SoftmaxConfig, n_rows: int, n_cols: int, *tensors, backward: bool = False) -> Step:
+    """The launch of one direction on non-empty 2-D ``tensors`` with unit row stride:
+    ``(x, y)`` forward, ``(y, dy, dx)`` backward (only their layouts are read)."""
+    _check_config(cfg, n_cols)
+    if cfg.reload and not backward:
+        raise ValueError(f"softmax: reload is an option of the backward, got {cfg}")
+    meta = _meta(cfg, n_rows, n_cols, *tensors)
+    if backward:
+        kernel = softmax_bwd_online_kernel if cfg.online else softmax_bwd_kernel
+        if not cfg.online:
+            meta["RELOAD"] = cfg.reload
+    else:
+        kernel = softmax_fwd_online_kernel if cfg.online else softmax_fwd_kernel
+    return Step(kernel, _grid(n_rows, cfg, tensors[0].device), meta)
 
-    Both must have unit stride along the row; rows may be any distance apart.
+
+def launch_softmax_forward(
+    x: torch.Tensor, y: torch.Tensor, config: SoftmaxConfig | None = None, *, via=None
+) -> torch.Tensor:
+    """Softmax of each row of the 2-D ``x`` into ``y``; returns ``y``.
+
+    Both must have unit stride along the row; rows may be any distance apart.  ``via``:
+    the launcher (default :func:`tilebook._launch.launch`; the operator passes its own).
     """
     n_rows, n_cols = x.shape
-    if n_rows == 0 or n_cols == 0:
-        return y
-    cfg = config or pick_config(n_cols)
-    _check_config(cfg, n_cols)
-    _forward(x, y, cfg)
+    if n_rows and n_cols:
+        step = _step(config or pick_config(n_cols), n_rows, n_cols, x, y)
+        args = (x, y, n_rows, n_cols, x.stride(0), y.stride(0))
+        step.via(via, *args) if via is not None else step.anew(*args)
     return y
 
 
-def _forward(x: torch.Tensor, y: torch.Tensor, cfg: SoftmaxConfig, run=None):
-    """Launch the forward on non-empty 2-D tensors; what ``run`` (:func:`launch`) returned."""
-    run = run or launch  # looked up at the call, so a test's stand-in for launch is seen
-    kernel = softmax_fwd_online_kernel if cfg.online else softmax_fwd_kernel
-    if cfg.reload:
-        raise ValueError(f"softmax: reload is an option of the backward, got {cfg}")
-    meta = _meta(cfg, x.shape[0], x.shape[1], x, y)
-    return run(
-        kernel, _grid(x.shape[0], cfg, x.device),
-        x, y, x.shape[0], x.shape[1], x.stride(0), y.stride(0), **meta,
-    )  # fmt: skip
-
-
 def launch_softmax_backward(
-    y: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor, config: SoftmaxConfig | None = None
+    y: torch.Tensor,
+    dy: torch.Tensor,
+    dx: torch.Tensor,
+    config: SoftmaxConfig | None = None,
+    *,
+    via=None,
 ) -> torch.Tensor:
     """``dx = y * (dy - sum(dy * y))`` row by row, for 2-D tensors with unit row stride."""
-    return _backward(y, dy, dx, config)
-
-
-def _backward(y, dy, dx, config=None, run=None) -> torch.Tensor:
-    _backward_launch(y, dy, dx, config, run)
+    n_rows, n_cols = y.shape
+    if n_rows and n_cols:
+        step = _step(config or pick_config(n_cols, backward=True), n_rows, n_cols, y, dy, dx,
+                     backward=True)  # fmt: skip
+        args = (y, dy, dx, n_rows, n_cols, y.stride(0), dy.stride(0), dx.stride(0))
+        step.via(via, *args) if via is not None else step.anew(*args)
     return dx
 
 
-def _backward_launch(y, dy, dx, config=None, run=None):
-    """Launch the backward on 2-D tensors; what ``run`` (:func:`launch`) returned
-    (None when there was nothing to launch)."""
-    run = run or launch
-    n_rows, n_cols = y.shape
-    if n_rows == 0 or n_cols == 0:
-        return None
-    cfg = config or pick_config(n_cols, backward=True)
-    _check_config(cfg, n_cols)
-    kernel = softmax_bwd_online_kernel if cfg.online else softmax_bwd_kernel
-    meta = _meta(cfg, n_rows, n_cols, y, dy, dx)
-    if not cfg.online:
-        meta["RELOAD"] = cfg.reload
-    return run(
-        kernel, _grid(n_rows, cfg, y.device),
-        y, dy, dx, n_rows, n_cols, y.stride(0), dy.stride(0), dx.stride(0), **meta,
-    )  # fmt: skip
+def _rows(t: torch.Tensor, n_cols: int) -> torch.Tensor:
+    """``t`` as ``(rows, n_cols)`` with unit stride along a row, copied only if need be
+    (a transpose; the stride-0 ``dy`` of ``y.sum().backward()``)."""
+    rows = t.reshape(-1, n_cols)
+    return rows if n_cols <= 1 or rows.stride(1) == 1 else rows.contiguous()
 
 
-def _unit_row_stride(t: torch.Tensor) -> torch.Tensor:
-    # The kernels step along a row with stride 1; rows themselves may be anywhere.
-    return t if t.shape[1] <= 1 or t.stride(1) == 1 else t.contiguous()
+# --------------------------------------------------------------------------- plans
+# A 512-column softmax over 256 MB takes 180 us on an H100, and the checks, the
+# configuration and Triton's launch as long again on the host: with do_bench's L2
+# flush in between, that shows.  So a call is planned once per call key
+# (tilebook._launch.call_key: x's layout, dim and the module's knobs) and the plan
+# kept in PLANS; a repeat call allocates y and starts the kept compiled kernel.
+
+
+class _Plan:
+    """A call on ``x`` of one call key: softmax over ``dim`` (``moved``: not x's last,
+    so x is seen through ``movedim(dim, -1)``), its forward launch (None: x is empty),
+    the rows' shape and x's row stride, ``direct``: x is passed as it is (its rows are
+    evenly strided), ``contiguous``: y is allocated like x; ``bwd``: the backward's
+    launch, made by the first backward of a plain contiguous gradient."""
+
+    __slots__ = ("bwd", "contiguous", "device", "dim", "direct", "dtype", "moved", "n_cols",
+                 "n_rows", "shape", "step", "x_stride")  # fmt: skip
+
+    def __init__(self, x: torch.Tensor, dim: int):
+        self.dim, self.moved = dim, dim != x.dim() - 1
+        x = x.movedim(dim, -1) if self.moved else x
+        self.shape, self.dtype, self.device = x.shape, x.dtype, x.device
+        self.n_cols = n_cols = x.shape[-1]
+        self.n_rows = n_rows = math.prod(x.shape[:-1])
+        self.step = self.bwd = None
+        self.direct, self.x_stride = True, n_cols
+        if n_rows and n_cols:
+            x2 = _rows(x, n_cols)
+            self.direct, self.x_stride = x2.data_ptr() == x.data_ptr(), x2.stride(0)
+            y2 = torch.empty(x2.shape, dtype=x.dtype, device="meta")  # y's layout
+            self.step = _step(pick_config(n_cols), n_rows, n_cols, x2, y2)
+        self.contiguous = self.direct and x.is_contiguous()
+
+
+_empty_like = torch.empty_like
+
+
+def _forward(plan: _Plan, x: torch.Tensor) -> torch.Tensor:
+    """Softmax of ``x`` (seen as the plan sees it) over its last dimension: y contiguous."""
+    x2 = x if plan.direct else _rows(x, plan.n_cols)
+    if plan.contiguous:  # empty_like: a third of torch.empty's host time
+        y = _empty_like(x)
+    else:
+        y = torch.empty(plan.shape, dtype=plan.dtype, device=plan.device)
+    step = plan.step
+    if step is not None:
+        args = (x2, y, plan.n_rows, plan.n_cols, plan.x_stride, plan.n_cols)
+        if y.data_ptr() & 15:  # not the specialisation the plan launched: launch() keys it
+            step.anew(*args)
+        else:
+            step(*args) or step.anew(*args)
+    return y
+
+
+def _backward(plan: _Plan, y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+    """``dx`` of the forward of ``plan``, whose output was ``y``, for ``dy`` of y's shape."""
+    n_rows, n_cols = plan.n_rows, plan.n_cols
+    if plan.step is None:
+        return _empty_like(y)
+    if not plain_grad(dy, plan.dtype):  # e.g. .sum().backward()'s expanded ones
+        dx = _empty_like(y)
+        return launch_softmax_backward(y.view(n_rows, n_cols), _rows(dy, n_cols),
+                                       dx.view(n_rows, n_cols)).view(y.shape)  # fmt: skip
+    step = plan.bwd
+    if step is None:
+        rows = y.view(n_rows, n_cols)  # y, dy and dx: contiguous
+        step = plan.bwd = _step(pick_config(n_cols, backward=True), n_rows, n_cols, rows, rows,
+                                rows, backward=True)  # fmt: skip
+    dx = _empty_like(y)
+    args = (y, dy, dx, n_rows, n_cols, n_cols, n_cols, n_cols)
+    if (y.data_ptr() | dx.data_ptr()) & 15:
+        step.anew(*args)
+    else:
+        step(*args) or step.anew(*args)
+    return dx
+
+
+# --------------------------------------------------------------------------- autograd
+
+
+_compiling = torch.compiler.is_compiling
 
 
 class SoftmaxFunction(torch.autograd.Function):
-    """Autograd for softmax over the last dimension of a tensor (any number of
-    dimensions): a 2-D one with unit row stride, or a contiguous one.
+    """Autograd for softmax over the last dimension of ``x`` (any strides).
 
-    ``run`` is a remembered launch (see :data:`_FAST`) to try first; ``key_dim``,
-    given for a contiguous ``x``, has the forward remember its launch under that
-    dim.  Both are plumbing of :func:`softmax`: they get no gradient.
+    Eagerly it launches the kernels of ``plan`` (the call's plan, planned here if not
+    given; plumbing of :func:`softmax`, it gets no gradient).  Inside torch.compile
+    ``x`` is 2-D and both directions are the operators ``torch.ops.tilebook.softmax``
+    and ``softmax_backward``, which Dynamo puts in its graph as they are.
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, run=None, key_dim=None) -> torch.Tensor:
-        y = run(x) if run is not None else None
-        if y is None:
-            n_cols = x.shape[-1]
-            n_rows = x.numel() // n_cols if n_cols else 0
-            if key_dim is not None:
-                y = _remembering_forward(x, key_dim, n_rows, n_cols)
-            else:
-                x2 = _unit_row_stride(x.reshape(n_rows, n_cols))
-                y = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
-                launch_softmax_forward(x2, y)
-                y = y.view(x.shape)
+    def forward(ctx, x: torch.Tensor, plan: _Plan | None = None) -> torch.Tensor:
+        if _compiling():
+            y = softmax_op(x)
+        else:
+            ctx.plan = plan = plan or _Plan(x, x.dim() - 1)
+            y = _forward(plan, x)
         ctx.save_for_backward(y)
         return y
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, dy: torch.Tensor):
-        (y,) = ctx.saved_tensors  # contiguous: the forward allocated it
-        key = None
-        if plain(dy) and dy.is_contiguous():  # dy has y's shape
-            key = _bwd_key(y, dy)
-            replay = _BWD_FAST.get(key)
-            if replay is not None:
-                dx = replay(y, dy)
-                if dx is not None:
-                    return dx, None, None
-        n_cols = y.shape[-1]
-        y2 = y.view(-1, n_cols) if n_cols else y.reshape(0, 0)
-        dy2 = _unit_row_stride(dy.reshape(y2.shape))  # e.g. .sum().backward()'s expanded ones
-        dx = torch.empty(y.shape, dtype=y.dtype, device=y.device)
-        launched = _backward_launch(y2, dy2, dx.view(y2.shape))
-        if key is not None and launched is not None:
-            _BWD_FAST.remember(key, _replay_bwd(launched, y2.shape, dx.data_ptr() & 15))
-        return dx, None, None
-
-
-# The backward's repeat calls, as the forward's (_FAST below): a backward whose y and
-# dy are contiguous keeps its Launched under the key of their shape, dtypes, device
-# and alignment; the next one like it only allocates dx and launches.
-_BWD_FAST = Memo()
-
-
-def _bwd_key(y: torch.Tensor, dy: torch.Tensor) -> tuple:
-    # y: the forward's contiguous output; dy: contiguous, of y's shape (autograd's rule).
-    return (y.shape, y.dtype, dy.dtype, y.device, y.data_ptr() & 15, dy.data_ptr() & 15,
-            ONLINE_THRESHOLD, ONLINE_BLOCK)  # fmt: skip
-
-
-def _replay_bwd(launched, shape2d, dx_align: int):
-    """``replay(y, dy) -> dx or None`` for contiguous ``y`` and ``dy`` keyed alike."""
-    n_rows, n_cols = shape2d
-    ints = (n_rows, n_cols, n_cols, n_cols, n_cols)  # sizes, then the three row strides
-    empty_like, contiguous = torch.empty_like, torch.contiguous_format
-
-    def replay(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor | None:
-        dx = empty_like(y, memory_format=contiguous)
-        if dx.data_ptr() & 15 != dx_align:  # another specialisation
-            return None
-        return dx if launched(y, dy, dx, *ints) else None
-
-    return replay
-
-
-def _normalize_dim(dim: object, ndim: int) -> int:
-    if isinstance(dim, bool) or not isinstance(dim, int):
-        raise TypeError(f"softmax: dim must be an int, got {type(dim).__name__}")
-    rank = max(ndim, 1)  # a 0-d tensor accepts dim 0 and -1, like torch
-    if not -rank <= dim < rank:
-        raise ValueError(
-            f"softmax: dim {dim} is out of range for a tensor with {ndim} dimension(s) "
-            f"(expected {-rank} <= dim < {rank})"
-        )
-    return dim % rank
-
-
-# Repeat calls.  A 512-column softmax over 256 MB takes 180 us on an H100, and the
-# Python below (checks, autograd.Function, config, launch key) about as long: with
-# do_bench's L2 flush in between, that host time shows in the timing.  So a call on
-# a contiguous tensor along its last dimension keeps the Launched of its kernel
-# under the key of its shape, strides, dtype, device, dim and alignment: everything
-# the checks read and the kernel was specialised on.  The next call with the same
-# key only allocates the output and launches; one that needs a gradient does that
-# inside SoftmaxFunction (on an H100's host a forward with grad took 151 us of host
-# time through the checks and the configuration, where torch.softmax took 17).
-_FAST = Memo()
-_grad_enabled = torch.is_grad_enabled
-
-
-def _fast_key(x: torch.Tensor, dim: int) -> tuple:
-    # The module-level knobs are in it: tests change them to reach the online kernels.
-    aligned = x.data_ptr() % 16 == 0
-    return (x.shape, x.stride(), x.dtype, x.device, dim, aligned, ONLINE_THRESHOLD, ONLINE_BLOCK)
-
-
-def _remembering_forward(x: torch.Tensor, key_dim: int, n_rows: int, n_cols: int) -> torch.Tensor:
-    """Softmax of a contiguous ``x`` over its last dimension; remembers the launch for
-    the next call like this one (with or without autograd: the launch is the same)."""
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    if n_rows == 0 or n_cols == 0:
-        return y
-    x2, y2 = x.view(n_rows, n_cols), y.view(n_rows, n_cols)
-    launched = _forward(x2, y2, pick_config(n_cols))
-    if launched is not None and plain(x) and type(key_dim) is int:
-        ints = (n_rows, n_cols, x2.stride(0), y2.stride(0))
-        y_aligned = y.data_ptr() % 16 == 0
-
-        def run(t: torch.Tensor) -> torch.Tensor | None:
-            # t is contiguous (its strides are in the key); empty_like took 3.6 us of host
-            # time on an H100's host where torch.empty(shape, dtype=, device=) took 7.5.
-            out = torch.empty_like(t, memory_format=torch.contiguous_format)
-            if (out.data_ptr() % 16 == 0) is not y_aligned:  # another specialisation
-                return None
-            return out if launched(t, out, *ints) else None
-
-        _FAST.remember(_fast_key(x, key_dim), run)
-    return y
+        (y,) = ctx.saved_tensors
+        if _compiling():
+            return softmax_backward_op(y, dy), None
+        return _backward(ctx.plan, y, dy), None
 
 
 # -------------------------------------------------------------------------- torch.library
@@ -582,51 +556,22 @@ def _remembering_forward(x: torch.Tensor, key_dim: int, n_rows: int, n_cols: int
 
 def _op_forward(x: torch.Tensor) -> torch.Tensor:
     """Softmax of each row of a 2-D ``x``."""
-    x = _unit_row_stride(x)
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    if x.numel():
-        _forward(x, y, pick_config(x.shape[1]), run=library.launch)
-    return y
+    x = _rows(x, x.shape[1])
+    return launch_softmax_forward(x, torch.empty(x.shape, dtype=x.dtype, device=x.device),
+                                  via=library.launch)  # fmt: skip
 
 
 def _op_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     """``y * (dy - sum(dy * y))`` row by row, for 2-D ``y`` and ``dy``."""
-    y, dy = _unit_row_stride(y), _unit_row_stride(dy)
+    y, dy = _rows(y, y.shape[1]), _rows(dy, dy.shape[1])
     dx = torch.empty(y.shape, dtype=y.dtype, device=y.device)
-    return _backward(y, dy, dx, run=library.launch)
+    return launch_softmax_backward(y, dy, dx, via=library.launch)
 
 
 _KERNELS = (softmax_fwd_kernel, softmax_fwd_online_kernel, softmax_bwd_kernel,
             softmax_bwd_online_kernel)  # fmt: skip
 softmax_op = library.define("softmax", _op_forward, kernels=_KERNELS)
 softmax_backward_op = library.define("softmax_backward", _op_backward, kernels=_KERNELS)
-
-
-def _op_setup(ctx, inputs, output) -> None:
-    ctx.save_for_backward(output)
-
-
-def _op_grad(ctx, dy):
-    (y,) = ctx.saved_tensors
-    return softmax_backward_op(y, dy)
-
-
-softmax_op.register_autograd(_op_grad, setup_context=_op_setup)
-
-
-def _compiled(x: torch.Tensor, dim: object) -> torch.Tensor:
-    """:func:`softmax` inside torch.compile: the checks, then the operator."""
-    check_tensor(x, "x", "softmax")
-    dim = _normalize_dim(dim, x.dim())
-    if x.dim() == 0:
-        return _compiled(x.reshape(1), 0).reshape(())
-    moved = x.movedim(dim, -1)
-    n_cols = moved.shape[-1]
-    y = softmax_op(moved.reshape(-1, n_cols))
-    return y.reshape(moved.shape).movedim(-1, dim)
-
-
-_compiling = torch.compiler.is_compiling
 
 
 def compile_jobs(arch: int = 90, dtype: torch.dtype | None = None) -> dict[str, dict]:
@@ -643,6 +588,35 @@ def compile_jobs(arch: int = 90, dtype: torch.dtype | None = None) -> dict[str, 
         jobs |= targets.recorded(lambda r=rows: _op_forward(r), arch, where)
         jobs |= targets.recorded(lambda r=rows: _op_backward(r, r), arch, where)
     return jobs
+
+
+# --------------------------------------------------------------------------- the op
+
+
+def _normalize_dim(dim: object, ndim: int) -> int:
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError(f"softmax: dim must be an int, got {type(dim).__name__}")
+    rank = max(ndim, 1)  # a 0-d tensor accepts dim 0 and -1, like torch
+    if not -rank <= dim < rank:
+        raise ValueError(
+            f"softmax: dim {dim} is out of range for a tensor with {ndim} dimension(s) "
+            f"(expected {-rank} <= dim < {rank})"
+        )
+    return dim % rank
+
+
+def _compiled(x: torch.Tensor, dim: object) -> torch.Tensor:
+    """:func:`softmax` inside torch.compile: the checks, then the Function on rows."""
+    check_tensor(x, "x", "softmax")
+    dim = _normalize_dim(dim, x.dim())
+    if x.dim() == 0:
+        return _compiled(x.reshape(1), 0).reshape(())
+    moved = x.movedim(dim, -1)
+    y = SoftmaxFunction.apply(moved.reshape(-1, moved.shape[-1]))
+    return y.reshape(moved.shape).movedim(-1, dim)
+
+
+_grad_enabled = torch.is_grad_enabled
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -672,26 +646,21 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         (x,) = upper("softmax", x)  # as torch.softmax under autocast (float32 on a GPU)
     if _compiling():
         return _compiled(x, dim)
-    grad = x.requires_grad and _grad_enabled() if plain(x) else None
-    if grad is not None and type(dim) is int:
-        run = _FAST.get(_fast_key(x, dim))
-        if run is not None:
-            if grad:
-                return SoftmaxFunction.apply(x, run)  # falls back inside if run declines
-            y = run(x)
-            if y is not None:
-                return y
-    check_tensor(x, "x", "softmax")
-    key_dim = dim
-    dim = _normalize_dim(dim, x.dim())
-    if x.dim() == 0:
-        return softmax(x.reshape(1), 0).reshape(())
-    moved = x.movedim(dim, -1)
-    n_cols = moved.shape[-1]
-    n_rows = math.prod(moved.shape[:-1])
-    if x.is_contiguous() and dim == x.dim() - 1:
-        if x.requires_grad and _grad_enabled():
-            return SoftmaxFunction.apply(x, None, key_dim)
-        return _remembering_forward(x, key_dim, n_rows, n_cols)
-    y = SoftmaxFunction.apply(moved.reshape(n_rows, n_cols))
-    return y.reshape(moved.shape).movedim(-1, dim)
+    key = plan = None
+    if plain(x) and type(dim) is int:  # a repeat call: its key fixes all the checks read
+        key = call_key(x, None, None, _Plan, dim, ONLINE_THRESHOLD, ONLINE_BLOCK)
+        plan = PLANS.get(key)
+    if plan is None:
+        check_tensor(x, "x", "softmax")
+        d = _normalize_dim(dim, x.dim())
+        if x.dim() == 0:
+            return softmax(x.reshape(1), 0).reshape(())
+        plan = _Plan(x, d)
+        if key is not None:
+            PLANS.remember(key, plan)
+    grad = x.requires_grad and _grad_enabled()
+    if plan.moved:
+        moved = x.movedim(plan.dim, -1)
+        y = SoftmaxFunction.apply(moved, plan) if grad else _forward(plan, moved)
+        return y.movedim(-1, plan.dim)
+    return SoftmaxFunction.apply(x, plan) if grad else _forward(plan, x)
