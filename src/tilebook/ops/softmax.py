@@ -34,17 +34,8 @@ from ..validation import check_tensor
 from . import library
 from .precision import autocasting, upper
 
-__all__ = [
-    "ONLINE_BLOCK",
-    "ONLINE_THRESHOLD",
-    "SoftmaxConfig",
-    "SoftmaxFunction",
-    "compile_jobs",
-    "launch_softmax_backward",
-    "launch_softmax_forward",
-    "pick_config",
-    "softmax",
-]
+__all__ = ["ONLINE_BLOCK", "ONLINE_THRESHOLD", "SoftmaxConfig", "SoftmaxFunction", "compile_jobs",
+           "launch_softmax_backward", "launch_softmax_forward", "pick_config", "softmax"]  # fmt: skip
 
 #: Rows whose padded length exceeds this many elements take the online kernels.
 #: Module-level so that tests can lower it and reach the online path at small sizes.
@@ -108,17 +99,10 @@ def softmax_fwd_kernel(
 
 @triton.jit
 def softmax_fwd_online_kernel(
-    x_ptr,
-    y_ptr,
-    n_rows,
-    n_cols,
-    stride_x,
-    stride_y,
+    x_ptr, y_ptr, n_rows, n_cols, stride_x, stride_y,
     BLOCK_N: tl.constexpr,  # chunk length
-    NUM_STAGES: tl.constexpr,
-    EVICT: tl.constexpr,
-    INT64: tl.constexpr,
-):
+    NUM_STAGES: tl.constexpr, EVICT: tl.constexpr, INT64: tl.constexpr,
+):  # fmt: skip
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     if INT64:
@@ -156,23 +140,11 @@ def softmax_fwd_online_kernel(
 
 @triton.jit
 def softmax_bwd_kernel(
-    y_ptr,
-    dy_ptr,
-    dx_ptr,
-    n_rows,
-    n_cols,
-    stride_y,
-    stride_dy,
-    stride_dx,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    EVEN_M: tl.constexpr,
-    EVEN_N: tl.constexpr,
-    NUM_STAGES: tl.constexpr,
-    EVICT: tl.constexpr,
-    INT64: tl.constexpr,
+    y_ptr, dy_ptr, dx_ptr, n_rows, n_cols, stride_y, stride_dy, stride_dx,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
+    NUM_STAGES: tl.constexpr, EVICT: tl.constexpr, INT64: tl.constexpr,
     RELOAD: tl.constexpr,  # read y and dy again for dx (see SoftmaxConfig.reload)
-):
+):  # fmt: skip
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
@@ -216,19 +188,9 @@ def _load_pair(y_ptrs, dy_ptrs, mask, EVEN: tl.constexpr, EVICT: tl.constexpr):
 
 @triton.jit
 def softmax_bwd_online_kernel(
-    y_ptr,
-    dy_ptr,
-    dx_ptr,
-    n_rows,
-    n_cols,
-    stride_y,
-    stride_dy,
-    stride_dx,
-    BLOCK_N: tl.constexpr,
-    NUM_STAGES: tl.constexpr,
-    EVICT: tl.constexpr,
-    INT64: tl.constexpr,
-):
+    y_ptr, dy_ptr, dx_ptr, n_rows, n_cols, stride_y, stride_dy, stride_dx,
+    BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr, EVICT: tl.constexpr, INT64: tl.constexpr,
+):  # fmt: skip
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     if INT64:
@@ -345,10 +307,7 @@ def _grid(n_rows: int, cfg: SoftmaxConfig, device: torch.device) -> tuple[int]:
 
 
 def _check_config(cfg: SoftmaxConfig, n_cols: int) -> None:
-    def pow2(v: int) -> bool:
-        return v > 0 and v & (v - 1) == 0
-
-    if not (pow2(cfg.block_m) and pow2(cfg.block_n)):
+    if not all(v > 0 and v & (v - 1) == 0 for v in (cfg.block_m, cfg.block_n)):
         raise ValueError(f"softmax: block_m and block_n must be powers of two, got {cfg}")
     if cfg.num_warps not in (1, 2, 4, 8, 16, 32):
         raise ValueError(f"softmax: num_warps must be a power of two up to 32, got {cfg}")
@@ -369,17 +328,11 @@ def _needs_int64(n_rows: int, cfg: SoftmaxConfig, *tensors: torch.Tensor) -> boo
 
 def _meta(cfg: SoftmaxConfig, n_rows: int, n_cols: int, *tensors: torch.Tensor) -> dict:
     """The constexprs and launch options shared by the kernels of one direction."""
-    meta = {
-        "BLOCK_N": cfg.block_n,
-        "NUM_STAGES": cfg.num_stages,
-        "EVICT": cfg.evict,
-        "INT64": _needs_int64(n_rows, cfg, *tensors),
-        "num_warps": cfg.num_warps,
-    }
+    meta = {"BLOCK_N": cfg.block_n, "NUM_STAGES": cfg.num_stages, "EVICT": cfg.evict,
+            "INT64": _needs_int64(n_rows, cfg, *tensors), "num_warps": cfg.num_warps}  # fmt: skip
     if not cfg.online:
-        meta["BLOCK_M"] = cfg.block_m
-        meta["EVEN_M"] = n_rows % cfg.block_m == 0
-        meta["EVEN_N"] = n_cols == cfg.block_n
+        meta |= {"BLOCK_M": cfg.block_m, "EVEN_M": n_rows % cfg.block_m == 0,
+                 "EVEN_N": n_cols == cfg.block_n}  # fmt: skip
     return meta
 
 
@@ -390,18 +343,16 @@ def _step(cfg: SoftmaxConfig, n_rows: int, n_cols: int, *tensors, backward: bool
     if cfg.reload and not backward:
         raise ValueError(f"softmax: reload is an option of the backward, got {cfg}")
     meta = _meta(cfg, n_rows, n_cols, *tensors)
-    if backward:
-        kernel = softmax_bwd_online_kernel if cfg.online else softmax_bwd_kernel
-        if not cfg.online:
-            meta["RELOAD"] = cfg.reload
-    else:
+    if not backward:
         kernel = softmax_fwd_online_kernel if cfg.online else softmax_fwd_kernel
+    elif cfg.online:
+        kernel = softmax_bwd_online_kernel
+    else:
+        kernel, meta["RELOAD"] = softmax_bwd_kernel, cfg.reload
     return Step(kernel, _grid(n_rows, cfg, tensors[0].device), meta)
 
 
-def launch_softmax_forward(
-    x: torch.Tensor, y: torch.Tensor, config: SoftmaxConfig | None = None, *, via=None
-) -> torch.Tensor:
+def launch_softmax_forward(x, y, config: SoftmaxConfig | None = None, *, via=None):
     """Softmax of each row of the 2-D ``x`` into ``y``; returns ``y``.
 
     Both must have unit stride along the row; rows may be any distance apart.  ``via``:
@@ -415,19 +366,13 @@ def launch_softmax_forward(
     return y
 
 
-def launch_softmax_backward(
-    y: torch.Tensor,
-    dy: torch.Tensor,
-    dx: torch.Tensor,
-    config: SoftmaxConfig | None = None,
-    *,
-    via=None,
-) -> torch.Tensor:
-    """``dx = y * (dy - sum(dy * y))`` row by row, for 2-D tensors with unit row stride."""
+def launch_softmax_backward(y, dy, dx, config: SoftmaxConfig | None = None, *, via=None):
+    """``dx = y * (dy - sum(dy * y))`` row by row into ``dx``, for 2-D tensors with unit
+    row stride; returns ``dx``.  ``via`` as for :func:`launch_softmax_forward`."""
     n_rows, n_cols = y.shape
     if n_rows and n_cols:
-        step = _step(config or pick_config(n_cols, backward=True), n_rows, n_cols, y, dy, dx,
-                     backward=True)  # fmt: skip
+        cfg = config or pick_config(n_cols, backward=True)
+        step = _step(cfg, n_rows, n_cols, y, dy, dx, backward=True)
         args = (y, dy, dx, n_rows, n_cols, y.stride(0), dy.stride(0), dx.stride(0))
         step.via(via, *args) if via is not None else step.anew(*args)
     return dx
@@ -449,19 +394,16 @@ def _rows(t: torch.Tensor, n_cols: int) -> torch.Tensor:
 
 
 class _Plan:
-    """A call on ``x`` of one call key: softmax over ``dim`` (``moved``: not x's last,
-    so x is seen through ``movedim(dim, -1)``), its forward launch (None: x is empty),
-    the rows' shape and x's row stride, ``direct``: x is passed as it is (its rows are
-    evenly strided), ``contiguous``: y is allocated like x; ``bwd``: the backward's
-    launch, made by the first backward of a plain contiguous gradient."""
+    """A call on ``x`` of one call key: softmax over ``dim`` (``moved``: not the last,
+    so the kernels see ``x.movedim(dim, -1)``), the forward's launch (None: x is empty),
+    the rows and x's row stride; ``direct``: x is passed as it is (its rows are evenly
+    strided).  ``bwd``: the backward's launch, made by its first contiguous ``dy``."""
 
-    __slots__ = ("bwd", "contiguous", "device", "dim", "direct", "dtype", "moved", "n_cols",
-                 "n_rows", "shape", "step", "x_stride")  # fmt: skip
+    __slots__ = ("bwd", "dim", "direct", "moved", "n_cols", "n_rows", "step", "x_stride")
 
     def __init__(self, x: torch.Tensor, dim: int):
         self.dim, self.moved = dim, dim != x.dim() - 1
         x = x.movedim(dim, -1) if self.moved else x
-        self.shape, self.dtype, self.device = x.shape, x.dtype, x.device
         self.n_cols = n_cols = x.shape[-1]
         self.n_rows = n_rows = math.prod(x.shape[:-1])
         self.step = self.bwd = None
@@ -471,21 +413,18 @@ class _Plan:
             self.direct, self.x_stride = x2.data_ptr() == x.data_ptr(), x2.stride(0)
             y2 = torch.empty(x2.shape, dtype=x.dtype, device="meta")  # y's layout
             self.step = _step(pick_config(n_cols), n_rows, n_cols, x2, y2)
-        self.contiguous = self.direct and x.is_contiguous()
 
 
-_empty_like = torch.empty_like
+_empty_like, _CONTIGUOUS = torch.empty_like, torch.contiguous_format
 
 
 def _forward(plan: _Plan, x: torch.Tensor) -> torch.Tensor:
-    """Softmax of ``x`` (seen as the plan sees it) over its last dimension: y contiguous."""
-    x2 = x if plan.direct else _rows(x, plan.n_cols)
-    if plan.contiguous:  # empty_like: a third of torch.empty's host time
-        y = _empty_like(x)
-    else:
-        y = torch.empty(plan.shape, dtype=plan.dtype, device=plan.device)
+    """Softmax of ``x`` (as the plan's kernels see it) over its last dimension, into a
+    contiguous ``y`` (empty_like: half of torch.empty's host time)."""
+    y = _empty_like(x, memory_format=_CONTIGUOUS)
     step = plan.step
     if step is not None:
+        x2 = x if plan.direct else _rows(x, plan.n_cols)
         args = (x2, y, plan.n_rows, plan.n_cols, plan.x_stride, plan.n_cols)
         if y.data_ptr() & 15:  # not the specialisation the plan launched: launch() keys it
             step.anew(*args)
@@ -495,20 +434,20 @@ def _forward(plan: _Plan, x: torch.Tensor) -> torch.Tensor:
 
 
 def _backward(plan: _Plan, y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
-    """``dx`` of the forward of ``plan``, whose output was ``y``, for ``dy`` of y's shape."""
+    """``dx`` for the forward of ``plan`` that returned ``y``, and ``dy`` of y's shape."""
     n_rows, n_cols = plan.n_rows, plan.n_cols
+    dx = _empty_like(y)  # y is contiguous: the forward made it
     if plan.step is None:
-        return _empty_like(y)
-    if not plain_grad(dy, plan.dtype):  # e.g. .sum().backward()'s expanded ones
-        dx = _empty_like(y)
-        return launch_softmax_backward(y.view(n_rows, n_cols), _rows(dy, n_cols),
-                                       dx.view(n_rows, n_cols)).view(y.shape)  # fmt: skip
+        return dx
+    if not plain_grad(dy, y.dtype):  # e.g. .sum().backward()'s expanded ones
+        rows = (y.view(n_rows, n_cols), _rows(dy, n_cols), dx.view(n_rows, n_cols))
+        launch_softmax_backward(*rows)
+        return dx
     step = plan.bwd
-    if step is None:
-        rows = y.view(n_rows, n_cols)  # y, dy and dx: contiguous
-        step = plan.bwd = _step(pick_config(n_cols, backward=True), n_rows, n_cols, rows, rows,
-                                rows, backward=True)  # fmt: skip
-    dx = _empty_like(y)
+    if step is None:  # y, dy and dx alike: contiguous
+        rows = y.view(n_rows, n_cols)
+        cfg = pick_config(n_cols, backward=True)
+        step = plan.bwd = _step(cfg, n_rows, n_cols, rows, rows, rows, backward=True)
     args = (y, dy, dx, n_rows, n_cols, n_cols, n_cols, n_cols)
     if (y.data_ptr() | dx.data_ptr()) & 15:
         step.anew(*args)
@@ -528,14 +467,14 @@ class SoftmaxFunction(torch.autograd.Function):
 
     Eagerly it launches the kernels of ``plan`` (the call's plan, planned here if not
     given; plumbing of :func:`softmax`, it gets no gradient).  Inside torch.compile
-    ``x`` is 2-D and both directions are the operators ``torch.ops.tilebook.softmax``
+    ``x`` is 2-D and the two directions are the operators ``torch.ops.tilebook.softmax``
     and ``softmax_backward``, which Dynamo puts in its graph as they are.
     """
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, plan: _Plan | None = None) -> torch.Tensor:
-        if _compiling():
-            y = softmax_op(x)
+        if plan is None and _compiling():  # (softmax passes a plan whenever it is eager)
+            ctx.plan, y = None, softmax_op(x)
         else:
             ctx.plan = plan = plan or _Plan(x, x.dim() - 1)
             y = _forward(plan, x)
@@ -546,7 +485,7 @@ class SoftmaxFunction(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, dy: torch.Tensor):
         (y,) = ctx.saved_tensors
-        if _compiling():
+        if ctx.plan is None:  # the forward was traced
             return softmax_backward_op(y, dy), None
         return _backward(ctx.plan, y, dy), None
 
@@ -557,8 +496,8 @@ class SoftmaxFunction(torch.autograd.Function):
 def _op_forward(x: torch.Tensor) -> torch.Tensor:
     """Softmax of each row of a 2-D ``x``."""
     x = _rows(x, x.shape[1])
-    return launch_softmax_forward(x, torch.empty(x.shape, dtype=x.dtype, device=x.device),
-                                  via=library.launch)  # fmt: skip
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    return launch_softmax_forward(x, y, via=library.launch)
 
 
 def _op_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
