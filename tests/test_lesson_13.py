@@ -351,14 +351,14 @@ def _hook_rows(restored_right: bool = True):
 def test_the_hooks_claims_hold_on_the_hooks_table_and_bite(monkeypatch):
     monkeypatch.delenv("TILEBOOK_CLAIMS", raising=False)
     claims = Claims("13 autotune", tuning.HERE)
-    said = tuning.read_hooks(_hook_rows(), 2, 7, claims)
+    assert tuning.check_hooks(claims, _hook_rows(), 7) is claims
     assert claims.ok and len(claims.items) == 3
-    said = " ".join(str(said).split())
+    said = " ".join(str(tuning.hooks_said(_hook_rows(), 2, 7)).split())
     assert "7 additions of the sum" in said and "7.00 times" in said
     with pytest.raises(ClaimError, match="restore_value is right in both"):
-        tuning.read_hooks(_hook_rows(restored_right=False), 2, 7, Claims("13", "t"))
+        tuning.check_hooks(Claims("13", "t"), _hook_rows(restored_right=False), 7)
     with pytest.raises(ClaimError, match="adds into out"):
-        tuning.read_hooks(_hook_rows(), 3, 10, Claims("13", "t"))
+        tuning.check_hooks(Claims("13", "t"), _hook_rows(), 10)
 
 
 def test_the_pitfall_claims_name_what_went_wrong(monkeypatch):

@@ -218,16 +218,16 @@ tuning.hooks_table(hook_rows)
 # Without a hook, every trial run adds the sum once more:
 
 runs = len(SUM_CONFIGS) * 3 + 1
-hooks_checked = Claims("13 autotune", tuning.HERE)
-tuning.read_hooks(hook_rows, len(SUM_CONFIGS), runs, hooks_checked)
+tuning.hooks_said(hook_rows, len(SUM_CONFIGS), runs)
 
 # %%
 # ``reset_to_zero`` is right for an output that starts at zero and loses a
 # running total; ``restore_value`` keeps whatever ``out`` held, at the cost of
 # a copy per trial.  Both act only while the autotuner tunes
-# (:func:`~tilebook.course.experiments.tuning.read_hooks` checks each on the table).
+# (:func:`~tilebook.course.experiments.tuning.check_hooks` checks each on the table).
 
-hooks_checked
+hooks_checked = Claims("13 autotune", tuning.HERE)
+tuning.check_hooks(hooks_checked, hook_rows, runs)
 
 # %%
 # **TRITON_PRINT_AUTOTUNING.**  With it set, the autotuner prints each

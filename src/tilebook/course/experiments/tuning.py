@@ -5,8 +5,8 @@ the compiled warps x stages grid, the five pitfalls) and passes what they gave t
 these functions, which make the tables, check the claims and build the sentences the
 page shows::
 
-    hooks = Claims("13 autotune", tuning.HERE)
-    tuning.read_hooks(hook_rows, configs=2, runs=7, claims=hooks)  # the sentence
+    tuning.hooks_said(hook_rows, configs=2, runs=7)  # the sentence
+    tuning.check_hooks(Claims("13 autotune", tuning.HERE), hook_rows, runs=7)
 
 Each ``check_*`` and ``read_*`` function checks its claims on the data it is given
 (a claim the data contradict stops the build) and the ``*_said`` functions return
@@ -27,13 +27,14 @@ __all__ = [
     "RESULT",
     "accumulator_said",
     "check_grid",
+    "check_hooks",
     "check_pitfalls",
     "check_speed",
+    "hooks_said",
     "hooks_table",
     "mask_said",
     "offsets_table",
     "printed_said",
-    "read_hooks",
     "spill_said",
     "stale_table",
 ]
@@ -49,25 +50,33 @@ def hooks_table(rows: Sequence[Mapping[str, Any]]):
     return table(rows, {"out before": "start", "hook": "hook", **RESULT}, caption=HERE)
 
 
-def read_hooks(rows: Sequence[Mapping[str, Any]], configs: int, runs: int, claims: Any):
-    """Check ``claims`` on the hooks' rows (``start``, ``hook``, ``got``, ``want``,
-    ``verdict``; the unhooked run from zero first): without a hook the sum is added
-    once per run, ``runs`` in all; ``reset_to_zero`` is right from zero only;
-    ``restore_value`` is right from both.  Returns the sentence on the unhooked run."""
-    times_over = rows[0]["got"] / rows[0]["want"]
-    ok = {(r["start"], r["hook"]): r["verdict"] == "right" for r in rows}
-    claims.check("without a hook, tuning adds into out", round(times_over) == runs)
-    claims.check(
-        "reset_to_zero is right from zero and wrong on a running total",
-        ok[0, "reset_to_zero"] and not ok[100, "reset_to_zero"],
-    )
-    claims.check("restore_value is right in both", all(ok[t, "restore_value"] for t in (0, 100)))
+def hooks_said(rows: Sequence[Mapping[str, Any]], configs: int, runs: int):
+    """What the unhooked run from zero (``rows[0]``) gave: ``configs`` configurations
+    run three times each plus the launch, ``runs`` additions of the sum."""
     return say(
         "{configs} configurations run three times each, plus the real launch, make "
         "{runs} additions of the sum: the unhooked result is {over:.2f} times it.",
         configs=configs,
         runs=runs,
-        over=times_over,
+        over=rows[0]["got"] / rows[0]["want"],
+    )
+
+
+def check_hooks(claims: Any, rows: Sequence[Mapping[str, Any]], runs: int):
+    """Check ``claims`` on the hooks' rows (``start``, ``hook``, ``got``, ``want``,
+    ``verdict``; the unhooked run from zero first): without a hook the sum is added
+    once per run, ``runs`` in all; ``reset_to_zero`` is right from zero only;
+    ``restore_value`` is right from both.  Returns ``claims``."""
+    ok = {(r["start"], r["hook"]): r["verdict"] == "right" for r in rows}
+    claims.check(
+        "without a hook, tuning adds into out", round(rows[0]["got"] / rows[0]["want"]) == runs
+    )
+    claims.check(
+        "reset_to_zero is right from zero and wrong on a running total",
+        ok[0, "reset_to_zero"] and not ok[100, "reset_to_zero"],
+    )
+    return claims.check(
+        "restore_value is right in both", all(ok[t, "restore_value"] for t in (0, 100))
     )
 
 
