@@ -21,7 +21,7 @@ from exercise_blocks import exercise_blocks, exercise_intro, exercise_text, run_
 from lesson_source import LessonSource
 
 import tilebook
-from tilebook.course.bench import RECORDS_DIR
+from tilebook.course.bench import RECORDS_DIR, load_record
 from tilebook.course.experiments import linear_act as experiment
 from tilebook.ops import epilogue as package_epilogue
 
@@ -191,11 +191,10 @@ def _timed(activation, impl, us):
     return {"activation": activation, "impl": impl, "median_ms": us / 1e3}
 
 
-def test_the_widget_judges_each_way_against_the_same_computation(tmp_path):
+def test_the_widget_judges_each_way_against_the_same_computation():
     """F.linear alone (activation "none") is the fastest row of all; were it the widget's
     best, every fused activation would read as slow.  Each way is held against the
     ways that compute the same thing (the erf GELU with the fitted one)."""
-    mod = SCRIPT.lift(["computes", "against_fastest"], tmp_path)
     rows = [
         _timed("none", "fused", 79.2),
         _timed("none", "unfused, PyTorch", 51.3),
@@ -206,21 +205,32 @@ def test_the_widget_judges_each_way_against_the_same_computation(tmp_path):
         _timed("silu", "unfused, PyTorch", 121.8),
     ]
     keys = [(r["activation"], r["impl"]) for r in rows]
-    got = dict(zip(keys, mod.against_fastest(rows), strict=True))
+    got = dict(zip(keys, experiment.against_fastest(rows), strict=True))
     assert got["none", "unfused, PyTorch"] == got["gelu", "fused"] == got["silu", "fused"] == 1
     assert got["none", "fused"] == pytest.approx(79.2 / 51.3)
     assert got["gelu", "unfused, PyTorch"] == pytest.approx(138.9 / 92.0)
     assert got["gelu (erf)", "fused"] == pytest.approx(137.6 / 92.0)
     assert got["silu", "unfused, PyTorch"] == pytest.approx(121.8 / 81.9)
-    # and the widget shows those ratios, flagging them with the lesson's SLOW
+    # and the lesson's widget shows those ratios, flagging them with the lesson's SLOW
     call = next(
         n
         for n in ast.walk(SCRIPT.tree)
-        if isinstance(n, ast.Call) and ast.unparse(n.func) == "SweepExplorer"
+        if isinstance(n, ast.Call) and ast.unparse(n.func) == "experiment.fusion_knobs"
     )
-    kw = {k.arg: ast.unparse(k.value) for k in call.keywords}
-    assert kw["metric"] == "'vs'" and kw["slow_fraction"] == "SLOW", kw
+    assert [ast.unparse(k.value) for k in call.keywords if k.arg == "slow"] == ["SLOW"]
     assert 0 < SCRIPT.constant("SLOW") < 1
+
+
+def test_the_widget_reads_the_record_as_the_lesson_says():
+    _record("lesson08_fusion")  # skips where there is none
+    record = load_record("lesson08_fusion", RECORDS_DIR)
+    knobs = experiment.fusion_knobs(record, slow=0.8)
+    assert knobs["metric"] == "vs" and knobs["slow_fraction"] == 0.8
+    rows = knobs["rows"]
+    assert {r["activation"] for r in rows} == set(experiment.SHOWN_ACTIVATIONS)
+    assert {r["impl"] for r in rows} == set(experiment.WAYS)  # the erf GELU as "fused"
+    assert min(r["vs"] for r in rows) == 1 and all(r["why"] and r["moved"] for r in rows)
+    assert experiment.fusion_knobs(None, slow=0.8) is None
 
 
 def test_the_lesson_writes_microseconds_as_elsewhere():

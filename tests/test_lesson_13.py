@@ -22,7 +22,9 @@ from lesson_source import LessonSource
 import tilebook
 from tilebook.course.aot import AotError, CompiledKernel, compile_many
 from tilebook.course.bench import Record
+from tilebook.course.claims import ClaimError, Claims
 from tilebook.course.datasheet import fact
+from tilebook.course.experiments import tuning
 from tilebook.course.widgets_pipeline import PipelineExplorer, pipeline_rows
 
 SCRIPT = LessonSource(13)
@@ -319,3 +321,57 @@ def test_what_the_lesson_says_of_lesson_09_is_what_lesson_09_does():
     # Its measurements launch the first configuration that fits, timed by compare().
     calls = {ast.unparse(c) for c in ast.walk(l09.tree) if isinstance(c, ast.Call)}
     assert "mm.set_autotune(False)" in calls
+
+
+# ------------------------------------------------------------------ what the page says
+
+
+def _hook_rows(restored_right: bool = True):
+    """The hooks' table as the lesson builds it: two configurations, seven runs."""
+    rows = []
+    for start in (0.0, 100.0):
+        for hook in ("none", "reset_to_zero", "restore_value"):
+            want = start + 10.0
+            got = {"none": start + 70.0, "reset_to_zero": 10.0}.get(hook, want)
+            if hook == "restore_value" and not restored_right:
+                got = 10.0
+            right = abs(got - want) <= 1e-5 * want
+            rows.append(
+                {
+                    "start": start,
+                    "hook": hook,
+                    "got": got,
+                    "want": want,
+                    "verdict": "right" if right else "wrong",
+                }
+            )
+    return rows
+
+
+def test_the_hooks_claims_hold_on_the_hooks_table_and_bite(monkeypatch):
+    monkeypatch.delenv("TILEBOOK_CLAIMS", raising=False)
+    claims = Claims("13 autotune", tuning.HERE)
+    assert tuning.check_hooks(claims, _hook_rows(), 7) is claims
+    assert claims.ok and len(claims.items) == 3
+    said = " ".join(str(tuning.hooks_said(_hook_rows(), 2, 7)).split())
+    assert "7 additions of the sum" in said and "7.00 times" in said
+    with pytest.raises(ClaimError, match="restore_value is right in both"):
+        tuning.check_hooks(Claims("13", "t"), _hook_rows(restored_right=False), 7)
+    with pytest.raises(ClaimError, match="adds into out"):
+        tuning.check_hooks(Claims("13", "t"), _hook_rows(), 10)
+
+
+def test_the_pitfall_claims_name_what_went_wrong(monkeypatch):
+    monkeypatch.delenv("TILEBOOK_CLAIMS", raising=False)
+    stale = {"n": 1000, "got": 60.0, "want": 500.0, "verdict": "wrong"}
+    narrow, wide = [2145386496, -2147483648], [2145386496, 2147483648]
+    errors, sums = {"e16": 0.05, "e32": 1e-8}, {"bad": 2e6, "good": 50.0}
+    args = (errors, "acc", sums, "mask", 2046, narrow, wide, stale)
+    claims = Claims("13 autotune", tuning.HERE)
+    pitfalls = tuning.check_pitfalls(claims, *args)
+    assert claims.ok and [p.name for p in pitfalls][-1] == "n left out of the key"
+    assert "row 2047 starts at -2147483648, not 2147483648" in pitfalls[2].wrong
+    with pytest.raises(ClaimError, match="int32 offsets wrap"):
+        tuning.check_pitfalls(
+            Claims("13", "t"), errors, "acc", sums, "mask", 2046, wide, wide, stale
+        )

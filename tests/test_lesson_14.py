@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,8 @@ from lesson_source import LessonSource, bound_names
 import tilebook
 from tilebook.course.bench import RECORDS_DIR, load_record
 from tilebook.course.check import default_tolerance
+from tilebook.course.claims import ClaimError, Claims
+from tilebook.course.experiments import decision
 from tilebook.course.widgets_decision import VERDICTS, DecisionTree, Leaf, Question
 
 ROOT = Path(__file__).parents[1]
@@ -45,24 +48,9 @@ LIFTED = [
     "swiglu_backward",
     "swiglu.register_autograd",
     "block",
-    "RN",
-    "CASES",
-    "NAMES",
     "records",
-    "sources",
-    "SOURCES",
-    "compared",
-    "VERDICT",
-    "leaf",
-    "Q",
-    "TOOL",
-    "questions",
-    "leaves",
+    "reading",
     "tree",
-    "SAME_OR_BETTER",
-    "CASE",
-    "case",
-    "EXPECT",
 ]
 NAMESPACE = "lesson14_test"  # the lesson's own namespace stays free for the lesson
 DEVICE, GPU = tilebook.device(), tilebook.is_gpu()
@@ -93,8 +81,8 @@ def lesson(tmp_path_factory):
         "import torch\nimport torch.nn.functional as F\nimport triton\n"
         "import triton.language as tl\n"
         "from tilebook.course.bench import load_record\n"
-        "from tilebook.course.claims import MIN_NOISE, speedup\n"
-        "from tilebook.course.widgets_decision import DecisionTree, Leaf, Question\n\n"
+        "from tilebook.course.experiments import decision\n"
+        "from tilebook.course.widgets_decision import DecisionTree\n\n"
         f"DEVICE, GPU = torch.device({DEVICE.type!r}), {GPU}\n\n"
     )
 
@@ -182,9 +170,10 @@ def test_bare_function_is_refused_under_the_interpreter(lesson):
 
 
 def test_every_leaf_cites_a_committed_record(lesson):
-    assert set(lesson.leaves) == set(lesson.CASES)
-    for key, leaf in lesson.leaves.items():
-        assert leaf.record == lesson.CASES[key][0]
+    reading = lesson.reading
+    assert set(reading.leaves) == set(decision.CASES)
+    for key, leaf in reading.leaves.items():
+        assert leaf.record == decision.CASES[key][0]
         rec = load_record(leaf.record, RECORDS_DIR)
         assert rec is not None, f"leaf {key} cites {leaf.record}, which is not committed"
         assert rec.provenance["mode"] == "gpu" and leaf.source == rec.caption()
@@ -193,33 +182,60 @@ def test_every_leaf_cites_a_committed_record(lesson):
 
 def test_every_path_ends_at_a_leaf_and_some_are_flagged(lesson):
     paths = lesson.tree.paths()
-    assert sorted(p["leaf"] for p in paths) == sorted(lesson.leaves)
+    leaves = lesson.reading.leaves
+    assert sorted(p["leaf"] for p in paths) == sorted(leaves)
     assert all(p["keys"][0] == "op" for p in paths)
     flagged = set(lesson.tree.flagged())
     # flagged: exactly the leaves the records show slower beyond the spread
-    assert flagged == {k for k, leaf in lesson.leaves.items() if leaf.verdict == "slow"}
+    assert flagged == {k for k, leaf in leaves.items() if leaf.verdict == "slow"}
     assert {"cublas_rag", "unfused"} <= flagged
 
 
 def test_the_tree_claims_hold_on_the_committed_records(lesson):
-    for text, key, true_if in lesson.EXPECT:
-        assert lesson.leaves[key].verdict in true_if, (text, lesson.leaves[key].evidence)
+    reading = lesson.reading
+    for text, key, true_if in reading.expected():
+        assert reading.leaves[key].verdict in true_if, (text, reading.leaves[key].evidence)
+    claims = Claims("14", reading.source)
+    assert reading.source is not None
+    note = reading.check(claims)
+    assert claims.ok and len(claims.items) >= 3
+    assert (note is None) == reading.hopper
+
+
+def test_the_tree_claims_fail_when_a_record_says_otherwise(lesson, monkeypatch):
+    """The claims bite: a record where PyTorch as written beat the softmax kernel
+    contradicts "PyTorch as written is the slow softmax"."""
+    monkeypatch.delenv("TILEBOOK_CLAIMS", raising=False)
+    rec = lesson.records["lesson10_forward"]
+    rows = [
+        dict(r, median_ms=r["median_ms"] / 100, p20_ms=r["p20_ms"] / 100, p80_ms=r["p80_ms"] / 100)
+        if r["impl"] == "torch"
+        else r
+        for r in rec.rows
+    ]
+    swapped = decision.read({**lesson.records, "lesson10_forward": replace(rec, rows=rows)})
+    assert swapped.leaves["eager_sm"].verdict == "good"
+    with pytest.raises(ClaimError, match="slow softmax"):
+        swapped.check(Claims("14", swapped.source))
 
 
 def test_the_tree_says_where_its_figures_come_from_and_what_they_support(lesson):
+    reading = lesson.reading
     for name, rec in lesson.records.items():
-        assert name in lesson.SOURCES and f"commit {rec.provenance['commit'][:7]}" in lesson.SOURCES
-    assert lesson.SOURCES in lesson.tree.caption
-    for leaf in lesson.leaves.values():  # the wording follows the verdict
-        assert f"{lesson.VERDICT[leaf.verdict]} beyond the spread" in leaf.evidence
+        assert name in reading.sources
+        assert f"commit {rec.provenance['commit'][:7]}" in reading.sources
+    assert reading.sources in lesson.tree.caption
+    for leaf in reading.leaves.values():  # the wording follows the verdict
+        assert f"{decision.VERDICT[leaf.verdict]} beyond the spread" in leaf.evidence
     # the square matmul is claimed not behind cuBLAS beyond the spread
-    assert not lesson.compared["triton_sq"].slower
+    assert not reading.compared["triton_sq"].slower
 
 
-def test_a_missing_record_gives_an_unknown_leaf(lesson, monkeypatch):
-    monkeypatch.setitem(lesson.records, "lesson07_sizes", None)
-    got = lesson.leaf("torch_small", "PyTorch")
+def test_a_missing_record_gives_an_unknown_leaf(lesson):
+    reading = decision.read({**lesson.records, "lesson07_sizes": None})
+    got = reading.leaves["torch_small"]
     assert got.verdict == "unknown" and got.record == "lesson07_sizes"
+    assert reading.source is None  # the claims are shown unchecked
 
 
 def _tree(**changes):

@@ -23,13 +23,13 @@ CEILING = {
     "05_dot_and_tensor_cores": 0.30,
     "06_reductions_online_softmax": 0.34,
     "07_vector_add": 0.49,
-    "08_linear_act": 0.34,
+    "08_linear_act": 0.06,
     "09_matmul": 0.27,
     "10_softmax": 0.23,
     "11_rms_norm": 0.07,
     "12_flash_attention": TARGET,
-    "13_autotune_pipelining_pitfalls": 0.30,
-    "14_autograd_profiling": 0.30,
+    "13_autotune_pipelining_pitfalls": 0.10,
+    "14_autograd_profiling": 0.08,
 }
 SHARES = {p.stem: plumbing.measure(p) for p in plumbing.lessons()}
 

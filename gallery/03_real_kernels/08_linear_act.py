@@ -51,12 +51,10 @@ import triton.language as tl
 from tilebook.course.aot import compile_many
 from tilebook.course.bench import record_or_measure
 from tilebook.course.check import CorrectnessReport
-from tilebook.course.claims import Claims, speedup
-from tilebook.course.datasheet import build_fact
+from tilebook.course.claims import Claims
 from tilebook.course.experiments import linear_act as experiment
 from tilebook.ops.epilogue import HW_TANH, tanh_approx
 from tilebook.course.plots import plot_record
-from tilebook.course.prose import say
 from tilebook.course.tables import table
 from tilebook.course.widgets import SweepExplorer
 
@@ -84,24 +82,10 @@ LAYER = (16384, 4096, 128)  # M tokens, N outputs, K inputs
 # the memory bus, each tensor once: the product reads ``X`` (``M*K``
 # elements), ``W`` (``N*K``) and ``b`` (``N``) and writes ``Y`` (``M*N``).
 # Unfused, the activation then reads all of ``Y`` and writes all of it again:
-# two more trips of ``M*N`` elements.  ``experiment.traffic`` is that count.
+# two more trips of ``M*N`` elements.  ``experiment.traffic`` is that count, and
+# ``experiment.traffic_said`` says it for ``LAYER``.
 
-m, n, k = LAYER
-PEAK, BANDWIDTH = build_fact("bf16_dense"), build_fact("memory_bandwidth")
-fused_bytes, unfused_bytes = (experiment.traffic(m, n, k, 2, passes=p) for p in (0, 2))
-say(
-    "For {layer[0]} tokens through a {layer[2]}-to-{layer[1]} layer in bf16, a "
-    "fused kernel moves {fused:.0f} MiB and the unfused pair {unfused:.0f} MiB.  "
-    "The product does {ops:.0f} floating-point operations per byte it must move, "
-    "where the tensor cores of the {gpu} can do {balance:.0f} in the time its memory "
-    "moves one.",
-    layer=LAYER,
-    fused=fused_bytes / 2**20,
-    unfused=unfused_bytes / 2**20,
-    ops=2 * m * n * k / fused_bytes,
-    gpu=PEAK.gpu,
-    balance=PEAK.si / BANDWIDTH.si,
-)
+experiment.traffic_said(LAYER)
 
 # %%
 # (The balance is the datasheet's bf16 peak over its memory bandwidth, both of
@@ -214,13 +198,7 @@ def fused(x, w, b, activation):
 
 
 PER_THREAD = GPU_TILE[0] * GPU_TILE[1] // (32 * WARPS)  # values of the tile
-kib = (GPU_TILE[0] + GPU_TILE[1]) * MAX_K * 2 / 1024
-shape = {"tile": "{} x {}".format(*GPU_TILE), "per": PER_THREAD, "k": MAX_K, "kib": kib}
-say(
-    "On a GPU a program holds a {tile} tile: {per} float32 values a thread.  At "
-    "``K`` = {k} its two bf16 input tiles take {kib:.0f} KiB of shared memory.",
-    **shape,
-)
+experiment.tile_said(GPU_TILE, PER_THREAD, MAX_K)
 
 # %%
 # Is it right?
@@ -290,22 +268,13 @@ def epilogue_counts(compiled):
     return counts
 
 
-COLUMNS = {"activation": "activation", "SASS from that line": "SASS"}
-COLUMNS.update({"per value": ("per", "{:.1f}"), "MUFU": "MUFU"})
-COLUMNS.update({"registers": "registers", "bytes spilled": "spilled"})
-
-
 counts = epilogue_counts(compile_for_sm90(linear_act_kernel, ["silu", "gelu"]))
-table(list(counts.values()), COLUMNS)
+table(list(counts.values()), experiment.COUNT_COLUMNS)
 
 # %%
 # The erf GELU is the long one: libdevice's ``erf`` evaluates a polynomial on
 # each of two ranges of its argument and picks one.
-say(
-    "The erf GELU costs {gelu:.1f} instructions a value, {ratio:.1f} times SiLU's.",
-    gelu=counts["gelu"]["per"],
-    ratio=counts["gelu"]["per"] / counts["silu"]["per"],
-)
+experiment.gelu_cost_said(counts)
 
 # %%
 # A cheaper GELU
@@ -413,7 +382,7 @@ def fused_fitted(x, w, b, activation):
 
 fit = compile_for_sm90(linear_epilogue_kernel, ["gelu"], ", fitted")
 counts.update(epilogue_counts(fit))
-table([counts["gelu"], counts["gelu, fitted"]], COLUMNS)
+table([counts["gelu"], counts["gelu, fitted"]], experiment.COUNT_COLUMNS)
 
 # %%
 # The unfused version, in Triton
@@ -465,8 +434,6 @@ WAYS = {
     "unfused, Triton pass": unfused,
     "unfused, PyTorch": experiment.unfused_torch,
 }
-ERF = "fused, erf GELU"
-ACTIVATIONS = ["none", "relu", "gelu", "gelu (erf)", "gelu_tanh", "silu"]
 SWEEP_K = [32, 128, 256]
 EXTRA = {"unfused, Triton pass": 2, "unfused, PyTorch": 2}  # trips of Y
 # Short rounds (these layers take microseconds), five of them, so that one
@@ -482,7 +449,7 @@ def fusion_sweep():
     m, n, k = LAYER
     rows = []
     for act in ALL:
-        ways = dict(WAYS, **({ERF: fused} if act == "gelu" else {}))
+        ways = dict(WAYS, **({experiment.ERF: fused} if act == "gelu" else {}))
         if act == "none":  # nothing to unfuse: the PyTorch way is F.linear alone
             del ways["unfused, Triton pass"]
         extra = EXTRA if act != "none" else {}
@@ -508,77 +475,16 @@ record = record_or_measure(
 # those bytes would take at the copy bandwidth measured in the same run
 # (``at copy``).  The first kernel's erf GELU shows as ``gelu (erf)``.
 
-
-def at_copy_us(row):
-    return row["bytes"] / (record.provenance["copy_gbps"] * 1e3)
-
-
-def as_shown(row):
-    if row["impl"] == ERF:
-        return {**row, "activation": "gelu (erf)", "impl": "fused"}
-    return row
-
-
-if record is not None:
-    headline = [as_shown(r) for r in record.select(sweep="act")]
-    shown = table(
-        headline,
-        {
-            "activation": "activation",
-            "way": "impl",
-            "MiB moved": lambda r: f"{r['bytes'] / 2**20:.0f}",
-            "time (µs)": lambda r: f"{r['median_ms'] * 1e3:.1f}",
-            "at copy (µs)": lambda r: f"{at_copy_us(r):.1f}",
-            "GB/s": ("gbps", "{:,.0f}"),
-        },
-        caption=record.caption(),
-    )
-else:
-    shown = "No committed GPU record of this sweep yet: nothing to show."
-shown
+experiment.fusion_table(record)
 
 # %%
 # The prediction was that times follow bytes.  How far they do, for ReLU, whose
-# epilogue is one instruction a value, and how the two GELUs compare:
-
-
-def verdict(s):
-    return "faster than" if s.faster else "slower than" if s.slower else "tied with"
-
+# epilogue is one instruction a value, and how the two GELUs compare
+# (:func:`~tilebook.course.experiments.linear_act.read_fusion` checks the claims and
+# says what the record shows):
 
 claims = Claims("08 linear_act", record)
-if record is not None:
-    by = {(r["activation"], r["impl"]): r for r in headline}
-    for act in ("relu", "gelu", "gelu_tanh", "silu"):
-        for way, what in [
-            ("unfused, Triton pass", "the same kernel plus a Triton pass"),
-            ("unfused, PyTorch", "cuBLAS plus PyTorch's pass"),
-        ]:
-            s = speedup(by[act, "fused"], by[act, way])
-            claims.check(
-                f"{act}: fused beats {what}", s.faster, s.evidence("fused", way)
-            )
-    pair, one = by["relu", "unfused, Triton pass"], by["relu", "fused"]
-    gelu = by["gelu", "fused"]
-    s1 = speedup(gelu, by["gelu (erf)", "fused"])
-    s2 = speedup(gelu, by["none", "fused"])
-    note = say(
-        "With ReLU the unfused pair takes {ratio:.1f} times as long as the fused "
-        "kernel, where the bytes alone predict {bytes:.1f}: the fused kernel moves "
-        "its bytes at {frac:.0%} of the copy bandwidth, the pair at {pair:.0%}.  "
-        "Fused, the fitted GELU is {v1} the erf form ({e1}) and {v2} no activation "
-        "at all ({e2}).",
-        ratio=pair["median_ms"] / one["median_ms"],
-        bytes=pair["bytes"] / one["bytes"],
-        frac=one["gbps"] / record.provenance["copy_gbps"],
-        pair=pair["gbps"] / record.provenance["copy_gbps"],
-        v1=verdict(s1),
-        e1=s1.evidence("fitted", "erf"),
-        v2=verdict(s2),
-        e2=s2.evidence("GELU", "none"),
-    )
-else:
-    note = say("There is no record to compare the prediction with.")
+note = experiment.read_fusion(record, claims)
 note
 
 # %%
@@ -590,64 +496,14 @@ claims
 # The widget holds the same measurements: pick an activation and a way to run
 # it.  A way is judged only against the ways that compute the same thing: the
 # erf GELU with the fitted one, and under ``none`` the fused kernel with
-# ``F.linear`` alone.  The readout is its time over the fastest of those (lower
+# ``F.linear`` alone (:func:`~tilebook.course.experiments.linear_act.against_fastest`).
+# The readout is its time over the fastest of those (lower
 # is better), with the time itself and the bytes moved beside it; a way whose
 # speed is below ``SLOW`` of that fastest one is flagged slow.
 
 SLOW = 0.8
-
-
-def computes(r):
-    """What a row of the table computes: its activation, the erf GELU as GELU."""
-    return "gelu" if r["activation"] == "gelu (erf)" else r["activation"]
-
-
-def against_fastest(rows):
-    """Each row's time over that of the fastest row computing the same thing."""
-    fastest = {}
-    for r in rows:
-        c = computes(r)
-        fastest[c] = min(fastest.get(c, r["median_ms"]), r["median_ms"])
-    return [r["median_ms"] / fastest[computes(r)] for r in rows]
-
-
-def why(r):
-    if r["activation"] == "gelu (erf)":
-        return "the first kernel's erf GELU: one store of Y, more instructions a value"
-    if r["impl"] == "fused" and r["activation"] == "none":
-        return "the product and bias of F.linear, by this lesson's one-block kernel"
-    if r["impl"] == "fused":
-        return "one store of Y; the activation runs in registers"
-    if r["activation"] == "none":
-        return "F.linear alone: cuBLAS adds the bias in its own epilogue"
-    return "Y goes to memory, comes back and goes again: two extra trips"
-
-
-if record is not None:
-    vs = against_fastest(headline)
-    knob_rows = [dict(r, vs=v, why=why(r)) for r, v in zip(headline, vs, strict=True)]
-    for r in knob_rows:
-        r["moved"] = (
-            f"{r['median_ms'] * 1e3:.1f} µs, {r['bytes'] / 2**20:.0f} MiB moved"
-        )
-    widget = SweepExplorer(
-        knob_rows,
-        knobs=["activation", "impl"],
-        metric="vs",
-        unit="× the fastest way's time",
-        better="lower",
-        slow_fraction=SLOW,
-        labels={"impl": "way"},
-        order={"activation": ACTIVATIONS, "impl": list(WAYS)},
-        title="linear + activation, bf16: each way against the fastest way to "
-        "compute the same",
-        caption=record.caption(),
-        initial={"activation": "gelu", "impl": "unfused, PyTorch"},
-        note="why",
-        extra="moved",
-    )
-else:
-    widget = "No committed GPU record of the sweep yet: nothing to show."
+knobs = experiment.fusion_knobs(record, slow=SLOW)  # None without a record
+widget = SweepExplorer(**knobs) if knobs else "No GPU record of the sweep yet."
 widget
 
 # %%
@@ -675,64 +531,7 @@ fig = plot_record(
 # the PyTorch pair's, should shrink as ``K`` grows:
 
 claims_k = Claims("08 linear_act", record)
-if record is not None:
-    depth = {(r["K"], r["impl"]): r for r in record.select(sweep="K")}
-    worth = {
-        k: speedup(depth[k, "fused"], depth[k, "unfused, PyTorch"]) for k in SWEEP_K
-    }
-    floor = {k: speedup(depth[k, "F.linear alone"], depth[k, "fused"]) for k in SWEEP_K}
-    lo, hi = worth[SWEEP_K[0]], worth[SWEEP_K[-1]]
-    ends = f"{lo.evidence('fused', 'the pair')} and {hi.evidence('fused', 'the pair')}"
-    less = "fusion is worth less at the largest K than at the smallest"
-    claims_k.check(less, lo.ratio > hi.ratio, ends)
-    outcome = (
-        "wins" if hi.faster else "loses" if hi.slower else "neither wins nor loses"
-    )
-    claims_k.check(
-        f"At the largest K fusion {outcome}: the fused kernel is {verdict(hi)} "
-        "the pair",
-        {"wins": hi.faster, "loses": hi.slower}.get(outcome, hi.tied),
-        hi.evidence("fused", "the pair"),
-    )
-    ahead = [k for k in SWEEP_K if floor[k].faster]
-    listed = f"K = {', '.join(map(str, ahead))}"
-    where = "every K" if ahead == SWEEP_K else listed if ahead else "no K"
-    claims_k.check(
-        "F.linear alone, with no activation, is faster than the fused kernel at "
-        + where,
-        all(floor[k].faster == (k in ahead) for k in SWEEP_K),
-        "; ".join(f"K={k}: " + floor[k].evidence("F.linear", "fused") for k in SWEEP_K),
-    )
-    # The same computation on both sides: the headline's layer with no activation.
-    bare = speedup(by["none", "unfused, PyTorch"], by["none", "fused"])
-    last = say(
-        "At the largest ``K`` the fused kernel runs {r:.2f} times the speed of the "
-        "unfused pair: fusion {outcome} there.  ``F.linear`` alone, the product and "
-        "the bias without the activation, is faster than the fused kernel at {where}"
-        "{times}.  With no activation on either side (the table above, ``K`` = {k}), "
-        "``F.linear`` is {v} the kernel ({e}){so}.",
-        r=hi.ratio,
-        outcome=outcome,
-        where=where,
-        times=(
-            f", {min(floor[k].ratio for k in ahead):.1f} to "
-            f"{max(floor[k].ratio for k in ahead):.1f} times its speed"
-            if ahead
-            else ""
-        ),
-        k=LAYER[2],
-        v=verdict(bare),
-        e=bare.evidence("F.linear", "the kernel"),
-        so=(
-            ": cuBLAS computes the product faster than this one-block kernel, and "
-            "fusion wins only where the pair's two extra trips of ``Y`` cost more "
-            "than that"
-            if bare.faster
-            else ""
-        ),
-    )
-else:
-    last = say("There is no record to read.")
+last = experiment.read_depth(record, claims_k, SWEEP_K, LAYER[2])
 claims_k
 
 # %%

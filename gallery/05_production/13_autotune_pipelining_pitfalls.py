@@ -52,13 +52,12 @@ import triton.language as tl
 from tilebook.course.aot import AotError, compile_many, instruction_table
 from tilebook.course.bench import compare, record_or_measure
 from tilebook.course.check import CorrectnessReport
-from tilebook.course.claims import Claims, speedup
+from tilebook.course.claims import Claims
 from tilebook.course.datasheet import fact
 from tilebook.course.experiments import matmul as experiment
+from tilebook.course.experiments import tuning
 from tilebook.course.plots import plot_record
-from tilebook.course.prose import say
-from tilebook.course.tables import table
-from tilebook.course.widgets_pipeline import PipelineExplorer, Pitfall
+from tilebook.course.widgets_pipeline import PipelineExplorer
 
 print(tilebook.banner())
 DEVICE = tilebook.device()
@@ -199,9 +198,6 @@ def outcome(got, want, **fields):
     return {**fields, "got": got, "want": want, "verdict": "right" if ok else "wrong"}
 
 
-RESULT = {"result": ("got", "{:.2f}"), "expected": ("want", "{:.2f}"), "": "verdict"}
-HERE = "this page's run"
-
 # %%
 # Three wrappers, each called on ``out`` at zero and on ``out`` holding a
 # running total: no hook, ``reset_to_zero=["out_ptr"]`` (zero ``out`` before
@@ -216,38 +212,22 @@ for start in (0.0, 100.0):
         tuned_sum(**kwargs)[sum_grid](x, out, N_SUM, MASKED=True)
         want = start + x.double().sum().item()
         hook_rows.append(outcome(out.item(), want, start=start, hook=hook))
-columns = {"out before": "start", "hook": "hook", **RESULT}
-table(hook_rows, columns, caption=HERE)
+tuning.hooks_table(hook_rows)
 
 # %%
 # Without a hook, every trial run adds the sum once more:
 
 runs = len(SUM_CONFIGS) * 3 + 1
-times_over = hook_rows[0]["got"] / hook_rows[0]["want"]
-say(
-    "{configs} configurations run three times each, plus the real launch, make "
-    "{runs} additions of the sum: the unhooked result is {over:.2f} times it.",
-    configs=len(SUM_CONFIGS),
-    runs=runs,
-    over=times_over,
-)
+tuning.hooks_said(hook_rows, len(SUM_CONFIGS), runs)
 
 # %%
 # ``reset_to_zero`` is right for an output that starts at zero and loses a
 # running total; ``restore_value`` keeps whatever ``out`` held, at the cost of
-# a copy per trial.  Both act only while the autotuner tunes.
+# a copy per trial.  Both act only while the autotuner tunes
+# (:func:`~tilebook.course.experiments.tuning.check_hooks` checks each on the table).
 
-hooks_checked = Claims("13 autotune", HERE)
-ok = {(r["start"], r["hook"]): r["verdict"] == "right" for r in hook_rows}
-hooks_checked.check("without a hook, tuning adds into out", round(times_over) == runs)
-hooks_checked.check(
-    "reset_to_zero is right from zero and wrong on a running total",
-    ok[0, "reset_to_zero"] and not ok[100, "reset_to_zero"],
-)
-hooks_checked.check(
-    "restore_value is right in both", all(ok[t, "restore_value"] for t in (0, 100))
-)
-hooks_checked
+hooks_checked = Claims("13 autotune", tuning.HERE)
+tuning.check_hooks(hooks_checked, hook_rows, runs)
 
 # %%
 # **TRITON_PRINT_AUTOTUNING.**  With it set, the autotuner prints each
@@ -315,8 +295,7 @@ for key in ([], ["n"]):
         block = kernel.best_config.kwargs["BLOCK"]
         want = x[:n].double().sum().item()
         stale_rows.append(outcome(out.item(), want, key=str(key), n=n, block=block))
-columns = {"key": "key", "n": "n", "BLOCK used": "block", **RESULT}
-table(stale_rows, columns, caption=HERE)
+tuning.stale_table(stale_rows)
 
 # %%
 # Every argument that changes which configurations are valid, or fastest,
@@ -374,6 +353,7 @@ try:
 except AotError as exc:
     refusal = str(exc)
 needs = re.search(r"needs (\d+) bytes", refusal)
+needed = int(needs.group(1)) if needs else None  # bytes of shared memory
 print(textwrap.fill(refusal.splitlines()[-1], 88) if refusal else "compiled")
 
 # %%
@@ -383,25 +363,7 @@ per_stage = (TILE["BLOCK_M"] + TILE["BLOCK_N"]) * TILE["BLOCK_K"] * 2  # bf16
 limit = int(fact("sm90.smem_per_block").si)  # the compile target sm_90
 facts = {ws: counts[lb] for ws, lb in grid_labels.items()}
 built = Claims("13 autotune", f"compiled for sm_90, triton {triton.__version__}")
-built.check(
-    "shared memory is one stage's tiles of A and B times the stages",
-    all(f["shared_bytes"] == s * per_stage for (_, s), f in facts.items()),
-)
-built.check(
-    "the deeper pipeline needs more shared memory than one program may have",
-    needs is not None and int(needs.group(1)) > limit,
-)
-built.check(
-    "only the fewer-warp settings spill",
-    all((f["spill_bytes"] > 0) == (w == min(WARPS)) for (w, _), f in facts.items()),
-)
-built.check(
-    "one stage copies through registers, more stages copy asynchronously",
-    all(
-        (f["LDGSTS"] > 0) == (s > 1) and (f["LDG"] > 0) == (s == 1)
-        for (_, s), f in facts.items()
-    ),
-)
+tuning.check_grid(built, facts, per_stage, needed, limit)
 built
 
 # %%
@@ -414,20 +376,7 @@ built
 
 fewest = compiled[grid_labels[min(WARPS), max(STAGES)]]
 most = compiled[grid_labels[max(WARPS), max(STAGES)]]
-per_thread = TILE["BLOCK_M"] * TILE["BLOCK_N"] // fact("cuda.warp_size").value
-say(
-    "At {few} warps a thread holds {acc} accumulator values and the compiler "
-    "spills {spill} bytes; at {many} it uses {regs} registers, no spill.  "
-    "{deep} stages would need {need:.0f} KiB against {limit:.0f}.",
-    few=min(WARPS),
-    acc=per_thread // min(WARPS),
-    spill=fewest.spill_stores_bytes,
-    many=max(WARPS),
-    regs=most.registers,
-    deep=DEEP,
-    need=int(needs.group(1)) / 1024 if needs else float("nan"),
-    limit=limit / 1024,
-)
+tuning.spill_said(fewest, most, TILE, WARPS, DEEP, needed, limit)
 
 # %%
 # The grid, measured
@@ -476,15 +425,7 @@ if figure is not None:  # the axis shows only the measured depths
 
 # %%
 speed = Claims("13 autotune", timed)
-best = (max(WARPS), max(STAGES))
-for text, other in [
-    ("the deepest pipeline that fits beats no pipeline", (max(WARPS), min(STAGES))),
-    ("more warps beat the spilling setting at that depth", (min(WARPS), max(STAGES))),
-]:
-    found = None
-    if timed is not None:
-        found = speedup(*(timed.one(warps=w, stages=s) for w, s in (best, other)))
-    speed.check(text, bool(found and found.faster), found.evidence() if found else "")
+tuning.check_speed(speed, timed, WARPS, STAGES)
 speed
 
 # %%
@@ -523,12 +464,7 @@ totals = {
     f"e{b}": running_sum(long_x, a) for b, a in ((16, tl.float16), (32, tl.float32))
 }
 errors = {k: ((v.double() - exact).abs() / exact).item() for k, v in totals.items()}
-said_acc = say(
-    "Over {n} fp16 values the fp16 accumulator is off by {e16:.1e} of the sum, "
-    "the float32 one by {e32:.1e}.",
-    n=long_x.numel(),
-    **errors,
-)
+said_acc = tuning.accumulator_said(long_x.numel(), errors)
 said_acc
 
 # %%
@@ -547,11 +483,7 @@ for masked in (False, True):
     out = torch.zeros(1, device=DEVICE)
     sum_into_kernel[(2,)](short, out, n_short, BLOCK=64, MASKED=masked)
     sums["good" if masked else "bad"] = out.item()
-said_mask = say(
-    "Without the mask the sum is {bad:.4g}, with it {good:.4g} (float64: {want:.4g}).",
-    want=short.double().sum().item(),
-    **sums,
-)
+said_mask = tuning.mask_said(sums, short.double().sum().item())
 said_mask
 
 # %%
@@ -581,11 +513,7 @@ for wide in (False, True):
     offsets[wide] = torch.zeros(ROWS, dtype=torch.int64, device=DEVICE)
     offsets_kernel[(ROWS,)](offsets[wide], FIRST_ROW, ROW_LEN, WIDE=wide)
 narrow, wide = offsets[False].tolist(), offsets[True].tolist()
-offset_rows = [
-    {"row": FIRST_ROW + i, "i32": narrow[i], "i64": wide[i]} for i in range(ROWS)
-]
-columns = {"row": "row", "int32 offset": "i32", "int64 offset": "i64"}
-table(offset_rows, columns, caption=f"rows of ROW_LEN = {ROW_LEN}, {HERE}")
+tuning.offsets_table(FIRST_ROW, narrow, wide, ROW_LEN)
 
 # %%
 # Past :math:`2^{31}` the 32-bit offsets turn negative: a load there reads
@@ -609,14 +537,10 @@ rows_wide = torch.arange(FIRST_ROW, FIRST_ROW + ROWS, dtype=torch.float64) * ROW
 fixes.check("int64 offsets", offsets[True].cpu().double(), rows_wide)
 fixes.assert_ok()
 stale = stale_rows[1]  # n left out of the key: the block tuned at n = 100, at 1000
-wrap = narrow.index(min(narrow))  # the first row whose int32 offset wrapped
-offset = f"row {FIRST_ROW + wrap} starts at {narrow[wrap]}, not {wide[wrap]}"
-got = f"at n = {stale['n']} the sum is {stale['got']:.2f}, not {stale['want']:.2f}"
-broke = Claims("13 autotune", HERE)
-broke.check("the fp16 sum is off", errors["e16"] > torch.finfo(FP16).eps, said_acc)
-broke.check("the unmasked sum is wrong", sums["bad"] > 2 * sums["good"], said_mask)
-broke.check("int32 offsets wrap past 2^31 elements", narrow[wrap] < 0, offset)
-broke.check("the stale BLOCK gives a wrong sum", stale["verdict"] == "wrong", got)
+broke = Claims("13 autotune", tuning.HERE)
+pitfalls = tuning.check_pitfalls(
+    broke, errors, said_acc, sums, said_mask, FIRST_ROW, narrow, wide, stale
+)
 broke
 
 # %%
@@ -627,16 +551,11 @@ broke
 
 PipelineExplorer(
     {ws: compiled[lb] for ws, lb in grid_labels.items()},
-    refused={(max(WARPS), DEEP): int(needs.group(1))} if needs else {},
+    refused={(max(WARPS), DEEP): needed} if needed else {},
     record=timed,
     source=built.source,
     title="matmul, 128 x 256 x 64 bf16 tiles: warps x stages",
-    pitfalls=[
-        Pitfall("fp16 accumulator", str(said_acc), "accumulate in float32"),
-        Pitfall("no mask", str(said_mask), "mask the lanes past the end"),
-        Pitfall("int32 offsets", f"past 2^31 elements, {offset}", "multiply in int64"),
-        Pitfall("n left out of the key", f"BLOCK is stale: {got}", "put n in the key"),
-    ],
+    pitfalls=pitfalls,
 )
 
 # %%
@@ -655,11 +574,7 @@ def peek_kernel(x_ptr, BLOCK: tl.constexpr):
 
 
 launched = peek_kernel[(1,)](torch.arange(4.0, device=DEVICE), BLOCK=4)
-say(
-    "On a GPU it is a ``tl.device_print`` to C stdout: run the script to see it."
-    if GPU
-    else "Under the interpreter the print is Python's: its line is above."
-)
+tuning.printed_said(GPU)
 
 # %%
 # **Compiled code** has three: ``tl.static_print`` prints once, at compile

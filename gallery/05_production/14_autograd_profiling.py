@@ -47,11 +47,11 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from tilebook.course.aot import compile_kernel
 from tilebook.course.bench import load_record, record_or_measure
 from tilebook.course.check import CorrectnessReport
-from tilebook.course.claims import MIN_NOISE, Claims, speedup, within
+from tilebook.course.claims import Claims
+from tilebook.course.experiments import decision, profiling
 from tilebook.course.plots import plot_record
-from tilebook.course.prose import say
 from tilebook.course.tables import table
-from tilebook.course.widgets_decision import DecisionTree, Leaf, Question
+from tilebook.course.widgets_decision import DecisionTree
 
 print(tilebook.banner())
 DEVICE, GPU = tilebook.device(), tilebook.is_gpu()
@@ -340,10 +340,7 @@ outcome = {
     "bare autograd.Function": attempt(SwiGLU.apply),
 }
 assert explained.graph_break_count == 0 and outcome["registered op"] == "traced"
-table(
-    [{"version": k, "fullgraph": v} for k, v in outcome.items()],
-    {"version": "version", "torch.compile(fullgraph=True)": "fullgraph"},
-)
+profiling.fullgraph_table(outcome)
 
 # %%
 # Under the interpreter the bare Function cannot be traced at all: Dynamo walks
@@ -358,19 +355,8 @@ table(
 
 package = torch._dynamo.explain(lambda x, w: tilebook.rms_norm(x, w).sum())
 package = package(*inputs((8, 64), 64))
-called = {str(n.target) for g in package.graphs for n in g.graph.nodes}
 assert package.graph_break_count == 0
-say(
-    "``explain`` finds {g} graph and {b} breaks around the lesson's registered op, "
-    "and {pg} graph and {pb} breaks around ``tilebook.rms_norm``, whose graph calls "
-    "``{ops}``.  The bare Function is {bare} in this run.",
-    g=explained.graph_count,
-    b=explained.graph_break_count,
-    pg=package.graph_count,
-    pb=package.graph_break_count,
-    ops=", ".join(sorted(t for t in called if t.startswith("tilebook."))),
-    bare=outcome["bare autograd.Function"],
-)
+profiling.explain_said(explained, package, outcome["bare autograd.Function"])
 
 # %%
 # Profiling
@@ -415,16 +401,8 @@ where = {"timer": "do_bench_cudagraph"}
 figure = plot_record(overhead, where=where, title="cudagraph", **style)
 
 # %%
-claims, c = Claims("14 autograd and profiling", overhead), None
-if overhead is not None:
-    small = [overhead.one(impl="SwiGLU.apply", log2n=12, timer=t) for t in TIMERS]
-    c = speedup(small[1], small[0])  # the graph replay against do_bench
-claims.check(
-    "At the small size, the graph replay times the Function faster",
-    c is not None and c.faster,
-    c.evidence("the replay", "do_bench") if c else "",
-)
-claims
+claims = Claims("14 autograd and profiling", overhead)
+profiling.check_replay(claims, overhead, list(TIMERS))
 
 # %%
 # **torch.profiler** records what each operator and kernel launch did, with
@@ -532,174 +510,37 @@ print(f"{len(ex2)} ex2 lines from tl.exp, the first:", ex2[0])
 # cuDNN is lesson 12's comparison (its record ``lesson12_lengths``), not in
 # this tree.
 
-RN = {"kernel": "rms_norm_fwd", "shape": "16384x16384"}
-CASES = {  # leaf: record, the choice's row, the alternative's row, names
-    "cublas_sq": ("lesson09_sizes", "cuBLAS", "tilebook", {"size": 8192}),
-    "triton_sq": ("lesson09_sizes", "tilebook", "cuBLAS", {"size": 8192}),
-    "cuda_sq": ("lesson09_sizes", "cuBLAS", "tilebook", {"size": 8192}),
-    "cublas_rag": ("lesson09_sizes", "cuBLAS", "tilebook", {"size": 4095}),
-    "triton_rag": ("lesson09_sizes", "tilebook", "cuBLAS", {"size": 4095}),
-    "fused": ("lesson09_linear_act", "tilebook", "unfused", {}),
-    "unfused": ("lesson09_linear_act", "unfused", "tilebook", {}),
-    "eager_sm": ("lesson10_forward", "torch", "tilebook", {"n": 2048}),
-    "compile_sm": ("lesson10_forward", "torch.compile", "tilebook", {"n": 2048}),
-    "triton_sm": ("lesson10_forward", "tilebook", "torch.compile", {"n": 2048}),
-    "compile_rn": ("bench_rms_norm", "torch.compile", "tilebook", RN),
-    "triton_rn": ("bench_rms_norm", "tilebook", "torch.compile", RN),
-    "torch_small": ("lesson07_sizes", "torch.add", "tilebook", {"log2n": 12}),
-    "triton_small": ("lesson07_sizes", "tilebook", "torch.add", {"log2n": 12}),
-    "torch_large": ("lesson07_sizes", "torch.add", "tilebook", {"log2n": 28}),
-    "triton_large": ("lesson07_sizes", "tilebook", "torch.add", {"log2n": 28}),
-}
-NAMES = {"tilebook": "the course's Triton kernel", "torch": "PyTorch as written"}
-NAMES |= {"unfused": "cuBLAS, then PyTorch", "cuBLAS": "cuBLAS (CUDA C++ by hand)"}
-records = {name: load_record(name) for name, *_ in CASES.values()}
-
-
-def sources(recs):
-    """Where the figures come from: the records, grouped by GPU, date and commit."""
-    runs = {}
-    for name, rec in recs.items():
-        p = rec.provenance if rec else {}
-        run = f"{p['gpu']}, {p['date'][:10]}, commit {p['commit'][:7]}" if p else "none"
-        runs.setdefault(run, []).append(name)
-    return "; ".join(f"{', '.join(names)} ({run})" for run, names in runs.items())
-
-
-SOURCES = sources(records)
-compared = {}  # leaf: its speedup() Comparison
-VERDICT = {"good": "faster", "slow": "slower", "level": "neither faster nor slower"}
-
-
-def leaf(key, choice):
-    name, mine, other, where = CASES[key]
-    rec = records[name]
-    if rec is None:
-        return Leaf(choice, "unknown", "No record of this comparison yet.", name, "")
-    c = compared[key] = speedup(*(rec.one(impl=i, **where) for i in (mine, other)))
-    verdict = "good" if c.faster else "slow" if c.slower else "level"
-    text = (
-        f"{NAMES.get(mine, mine)} ran at {c.ratio:.2f} times the speed of "
-        f"{NAMES.get(other, other)}, p20-p80 spread {c.low:.2f} to {c.high:.2f}: "
-        f"{VERDICT[verdict]} beyond the spread and the noise floor "
-        f"({MIN_NOISE:.0%}, the least difference a claim counts)."
-    )
-    return Leaf(choice, verdict, text, name, rec.caption())
-
+records = {name: load_record(name) for name in decision.RECORDS}
+reading = decision.read(records)  # each leaf: two rows of one record, compared
 
 # %%
-# The tree: what the op is, then its size or shape, then the tool.
+# The tree: what the op is, then its size or shape, then the tool
+# (:data:`~tilebook.course.experiments.decision.QUESTIONS`).
 
-Q = Question
-TOOL = "Which do you reach for?"
-questions = {
-    "op": Q(
-        "What is the op?",
-        {"a matrix multiply": "epi", "a row op": "row", "one elementwise op": "size"},
-    ),
-    "epi": Q("Is an activation applied to its output?", {"no": "shape", "yes": "act"}),
-    "shape": Q("Its shape?", {"8192 cubed": "sq", "4095 x 4097 x 4093": "rag"}),
-    "sq": Q(
-        TOOL, {"cuBLAS": "cublas_sq", "Triton": "triton_sq", "CUDA C++": "cuda_sq"}
-    ),
-    "rag": Q(TOOL, {"cuBLAS": "cublas_rag", "Triton": "triton_rag"}),
-    "act": Q(
-        TOOL, {"Triton, fused": "fused", "cuBLAS, then the activation": "unfused"}
-    ),
-    "row": Q(
-        "Which one?", {"softmax, rows of 2048": "sm", "rms_norm, rows of 16384": "rn"}
-    ),
-    "sm": Q(
-        TOOL,
-        {"PyTorch": "eager_sm", "torch.compile": "compile_sm", "Triton": "triton_sm"},
-    ),
-    "rn": Q(TOOL, {"torch.compile": "compile_rn", "Triton": "triton_rn"}),
-    "size": Q("How many elements?", {"2 to the 12": "small", "2 to the 28": "large"}),
-    "small": Q(TOOL, {"PyTorch": "torch_small", "Triton": "triton_small"}),
-    "large": Q(TOOL, {"PyTorch": "torch_large", "Triton": "triton_large"}),
-}
-leaves = {
-    k: leaf(k, answer)
-    for q in questions.values()
-    for answer, k in q.answers.items()
-    if k in CASES
-}
 tree = DecisionTree(
-    questions,
-    leaves,
+    decision.QUESTIONS,
+    reading.leaves,
     "op",
     title="Triton, CUDA C++, torch.compile or a library?",
-    caption=f"Every leaf compares two rows of one record: {SOURCES}.",
+    caption=f"Every leaf compares two rows of one record: {reading.sources}.",
 )
 tree
 
 # %%
 # What the tree says, checked against the same records: "not slower" where a
 # tie is as good as a win (less code, same speed), "not faster" where it is as
-# bad as a loss, and the square matmul not behind cuBLAS.
+# bad as a loss, and the square matmul not behind cuBLAS
+# (:meth:`~tilebook.course.experiments.decision.Reading.check`).  The matmul
+# leaves hold for the Hopper kernels (:term:`wgmma`, :term:`TMA` copies); a record that took other
+# paths (another GPU, ``TILEBOOK_ARCH=80``) is said below, not claimed.
 
-SAME_OR_BETTER, NOT_FASTER, NEAR = ("good", "level"), ("slow", "level"), 0.05
-CASE = {  # a leaf's one case in words, filled from its record's row
-    "lesson10_forward": "rows of {n}",
-    "lesson09_linear_act": "{M} tokens through a {K}-to-{N} layer",
-}
-
-
-def case(key):
-    """The one case a leaf measured: a claim names it, as it holds for no other."""
-    name, mine, _, where = CASES[key]
-    rec = records[name]
-    return CASE[name].format(**rec.one(impl=mine, **where)) if rec else "its one case"
-
-
-EXPECT = [  # the claim, its leaf, the verdicts that make it true
-    ("On the ragged shape cuBLAS is slow: Triton stages it", "cublas_rag", ("slow",)),
-    (
-        f"Fusing the activation beats cuBLAS then PyTorch for {case('fused')}",
-        "fused",
-        ("good",),
-    ),
-    ("PyTorch as written is the slow softmax", "eager_sm", ("slow",)),
-    (
-        f"Triton beats torch.compile on the softmax of {case('triton_sm')}",
-        "triton_sm",
-        ("good",),
-    ),
-    ("Triton is no faster than torch.add on tiny tensors", "triton_small", NOT_FASTER),
-]
-# The matmul leaves hold for the Hopper kernels (wgmma, TMA copies); a record that
-# took other paths (another GPU, TILEBOOK_ARCH=80) is said below, not claimed.
-mm = records["lesson09_sizes"]
-hopper = mm is None or str(mm.paths).startswith("9")
-claims = Claims("14", None if None in records.values() else f"records {SOURCES}")
-for text, key, true_if in EXPECT:
-    if hopper or not CASES[key][0].startswith("lesson09"):
-        claims.check(text, leaves[key].verdict in true_if, leaves[key].evidence)
-sq = compared.get("triton_sq")
-if hopper:
-    claims.check(
-        "At 8192 cubed the Triton matmul is not slower than cuBLAS beyond the spread",
-        sq is not None and not sq.slower,
-        sq.evidence("the Triton matmul", "cuBLAS") if sq else "",
-    )
-sizes = records["lesson07_sizes"]
-big = sizes.select(log2n=28) if sizes else []
-fractions = {r["impl"]: r["gbps"] / sizes.provenance["copy_gbps"] for r in big}
-claims.check(
-    "For a large tensor, PyTorch and Triton both reach the copy ceiling",
-    bool(fractions) and all(within(f, 1.0, NEAR) for f in fractions.values()),
-    ", ".join(f"{k} at {f:.2f} of the copy" for k, f in fractions.items()),
-)
+claims = Claims("14", reading.source)
+note = reading.check(claims)  # None for a record of the Hopper paths
 claims
 
 # %%
 
-say(
-    "The matmul leaves were measured on the paths of compute capability {paths}, "
-    "without the Hopper kernels and their copies; the advice below about the "
-    "matmul is what they do on Hopper.",
-    paths=mm.paths,
-) if not hopper else None
+note
 
 # %%
 # Read as advice:
@@ -721,45 +562,10 @@ say(
 #   ceiling, and on a tiny tensor (the launch is all the cost) Triton is no faster.
 
 
-def verdicts(rec, mine, other, size, unit, **where):
-    """How ``mine`` ran against ``other`` at each ``size`` of ``rec``, by verdict:
-    "faster at 2048 and 32768 columns, slower at 256 columns"."""
-    if rec is None:
-        return "unmeasured"
-    held = {}
-    for row in rec.select(impl=mine, **where):
-        theirs = rec.one(impl=other, **where, **{size: row[size]})
-        c = speedup(row, theirs)
-        word = "faster" if c.faster else "slower" if c.slower else "level"
-        held.setdefault(word, []).append(str(row[size]))
-    return ", ".join(
-        f"{word} at " + unit.format(", ".join(s[:-1]) + " and " * (len(s) > 1) + s[-1])
-        for word, s in held.items()
-    )
-
-
-softmax, fusion = records["lesson10_forward"], load_record("lesson08_fusion")
-at_k = partial(verdicts, fusion, "fused", size="K", unit="K = {}", sweep="K")
-say(
-    "Each leaf is one size.  Against torch.compile, at every row length of its "
-    "record, the course's softmax ran {sm}.  In lesson 08's sweep of ``K`` "
-    "({where}), against cuBLAS then PyTorch, the fused linear and GELU ran {pair}; "
-    "against ``F.linear`` alone, with no activation at all, it ran {alone}.",
-    sm=verdicts(softmax, "tilebook", "torch.compile", "n", "{} columns"),
-    where=fusion.caption() if fusion else "no record",
-    pair=at_k(other="unfused, PyTorch"),
-    alone=at_k(other="F.linear alone"),
-)
+reading.sizes_said(load_record("lesson08_fusion"))
 
 # %%
-rn = compared.get("compile_rn")
-say(
-    "On the rms_norm leaf, torch.compile ran at {ratio:.2f} times the speed of the "
-    "package's kernel ({verdict}); that record was {where}.",
-    ratio=rn.ratio if rn else float("nan"),
-    verdict=VERDICT[leaves["compile_rn"].verdict] if rn else "no record",
-    where=records["bench_rms_norm"].caption() if records["bench_rms_norm"] else "none",
-)
+reading.rms_norm_said()
 
 # %%
 # Try this

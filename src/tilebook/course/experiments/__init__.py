@@ -12,4 +12,10 @@ the committed record elsewhere) with settings that fit its time budget;
 ``benchmarks/<kernel>.py`` calls the same function with more rounds and the
 sizes of its targets.  Functions here run on a GPU only: they are called from
 ``record_or_measure``'s sweep, never on a CPU.
+
+A lesson's reading of what it measured (its tables, claims and sentences made from
+data) lives beside its measurements, as functions the lesson calls in one line:
+``linear_act.read_fusion``, ``vector_add.read_split``; and for lessons 13 and 14,
+which measure little of their own, :mod:`.tuning`, :mod:`.profiling` and
+:mod:`.decision`.  These read data in either mode.
 """
