@@ -96,15 +96,9 @@ def rms_norm_fwd_kernel(
     X_EVICT: tl.constexpr,  # L2 policy of the x loads: "" or "evict_last" (see _x_evict)
     EVEN: tl.constexpr,  # n_cols == BLOCK_N and ROWS divides n_rows: no masks at all
 ):
-    pid = tl.program_id(0)
-    rows = pid * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
-    row_ok = rows < n_rows
     col_ok = cols < n_cols
-    mask = row_ok[:, None] & col_ok[None, :]
-    # int64 row offsets: n_rows * stride passes 2**31 for large activations.
-    rows64 = rows.to(tl.int64)[:, None]
-
+    rows, row_ok, mask, rows64 = norms.row_tile(tl.program_id(0) * ROWS, ROWS, n_rows, col_ok)
     x_ptrs = x_ptr + rows64 * x_row_stride + cols[None, :]
     y_ptrs = y_ptr + rows64 * y_row_stride + cols[None, :]
     x = load_rows(x_ptrs, mask, EVEN, X_EVICT)
@@ -143,10 +137,7 @@ def rms_norm_bwd_kernel(
     # Grid-stride loop: neighbouring programs take neighbouring row blocks, so at
     # any moment the grid streams through one region of memory.
     for start in range(pid * ROWS, n_rows, n_progs * ROWS):
-        rows = start + tl.arange(0, ROWS)
-        row_ok = rows < n_rows
-        mask = row_ok[:, None] & col_ok[None, :]
-        rows64 = rows.to(tl.int64)[:, None]
+        rows, row_ok, mask, rows64 = norms.row_tile(start, ROWS, n_rows, col_ok)
         x = tl.load(x_ptr + rows64 * x_row_stride + cols[None, :], mask=mask, other=0.0)
         dy = tl.load(dy_ptr + rows64 * dy_row_stride + cols[None, :], mask=mask, other=0.0)
         # Rows past the end get rstd = 0, so they contribute nothing to dw.
@@ -191,17 +182,12 @@ def rms_norm_fwd_chunked_kernel(
     eps,
     BLOCK_N: tl.constexpr,  # chunk width, a power of two
 ):
-    pid = tl.program_id(0)
-    n_progs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
     n_chunks = tl.cdiv(n_cols, BLOCK_N)
     # A persistent grid: few rows are in flight at once, so that a row read by the
     # first walk is still in L2 when the second walk reads it again.
-    for i in tl.range(0, tl.cdiv(n_rows - pid, n_progs)):
-        row = pid + i * n_progs
-        row64 = row.to(tl.int64)
-        x_row = x_ptr + row64 * x_row_stride
-        y_row = y_ptr + row64 * y_row_stride
+    for i in tl.range(0, tl.cdiv(n_rows - tl.program_id(0), tl.num_programs(0))):
+        row, x_row, y_row = norms.walk_row(i, x_ptr, y_ptr, x_row_stride, y_row_stride)
         # Lane-wise sums, reduced once per row: no block-wide reduction per chunk.
         acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
         for c in tl.range(0, n_chunks):
@@ -268,27 +254,20 @@ def rms_norm_bwd_chunked_kernel(
     # and every num_programs(1)-th row block: its share of dweight for those columns
     # stays in registers, as in rms_norm_bwd_kernel.
     split = tl.program_id(1)
-    n_splits = tl.num_programs(1)
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
-    parts = tl.arange(0, DOTS)
     n_blocks = tl.cdiv(n_rows, ROWS)
     dw_acc = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
 
-    for b in tl.range(split, n_blocks, n_splits):
+    for b in tl.range(split, n_blocks, tl.num_programs(1)):
         # Last row block first: the dot kernel read the rows in order, so the last
         # ones are the likeliest still to be in L2.
-        rows = (n_blocks - 1 - b) * ROWS + tl.arange(0, ROWS)
-        row_ok = rows < n_rows
-        mask = row_ok[:, None] & col_ok[None, :]
-        rows64 = rows.to(tl.int64)[:, None]
-        # The whole row's sum(dy * w * x), from its chunks' partial sums, always added
-        # in the same order: every column chunk of a row gets the same c.
-        dot_mask = row_ok[:, None] & (parts < n_dots)[None, :]
-        dots = tl.load(dot_ptr + rows[:, None] * n_dots + parts[None, :], mask=dot_mask, other=0.0)
+        rows, row_ok, mask, rows64 = norms.row_tile((n_blocks - 1 - b) * ROWS, ROWS, n_rows, col_ok)
+        # The whole row's sum(dy * w * x), from its chunks' partial sums.
+        dot = norms.row_sums(dot_ptr, rows, row_ok, n_dots, DOTS)
         # Rows past the end get rstd = 0, so they contribute nothing to dw.
         rstd = tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)
-        c = tl.sum(dots, axis=1) * rstd / n_cols  # sum(g * x_hat) / H
+        c = dot * rstd / n_cols  # sum(g * x_hat) / H
 
         x = tl.load(x_ptr + rows64 * x_row_stride + cols[None, :], mask=mask, other=0.0)
         dy = tl.load(dy_ptr + rows64 * dy_row_stride + cols[None, :], mask=mask, other=0.0)
@@ -364,8 +343,8 @@ def bwd_config(n_cols: int) -> tuple[int, int, int, int]:
 # ceiling near 1800 for its 10 bytes of traffic per bf16 element.
 
 
-def _fwd_plan(x, rows=None, num_warps=None, chunked=None, chunk=None, per_sm=None,
-              store_rstd=True):  # fmt: skip
+def _fwd_plan(x, store_rstd=True, rows=None, num_warps=None, chunked=None, chunk=None,
+              per_sm=None):  # fmt: skip
     """(kernel, grid, constexprs and options) of the forward launch for a 2-D ``x``;
     ``store_rstd=False`` (no backward follows) lets the whole-row kernel skip rstd."""
     n_cols = x.shape[1]
@@ -384,11 +363,7 @@ def _fwd_plan(x, rows=None, num_warps=None, chunked=None, chunk=None, per_sm=Non
 
 def _plan(x: torch.Tensor, weight: torch.Tensor, grad: bool, *settings) -> norms.FwdPlan:
     """The forward plan of a call on ``x`` (any shape and strides); ``grad``: rstd is kept."""
-    x2 = norms.as_rows(x, x.shape[-1])
-    launch = _fwd_plan(x2, *settings, store_rstd=grad) if x2.numel() else None
-    keeps = launch is None or launch[2].get("STORE_RSTD", True)  # the chunked kernel always does
-    direct = x2 is x or x2.data_ptr() == x.data_ptr()  # a view of x, not a copy
-    return norms.FwdPlan(launch, x, x2, (x2.shape[0],) if keeps else None, direct)
+    return norms.plan(x, _fwd_plan, 1, grad, *settings)
 
 
 def launch_rms_norm_fwd(
@@ -460,35 +435,6 @@ def launch_rms_norm_bwd(
 
 
 # ---------------------------------------------------------------------------
-# Autograd and the public function
-# ---------------------------------------------------------------------------
-
-
-class RMSNormFunction(torch.autograd.Function):
-    """Autograd for :func:`rms_norm` (``weight`` with unit stride).
-
-    ``plan`` is the call's forward plan (:class:`tilebook.ops.norms.FwdPlan`, one that
-    keeps rstd; default: planned here).  It is plumbing of :func:`rms_norm` and gets no
-    gradient; the backward's plan is kept on it (:func:`tilebook.ops.norms.backward_of`).
-    """
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float, plan=None):
-        plan = plan or _plan(x, weight, True)
-        y, rstd, x2 = norms.forward(plan, x, (weight,), eps)
-        ctx.plan = plan
-        ctx.save_for_backward(x2, weight, rstd)
-        return y
-
-    @staticmethod
-    def backward(ctx, dy: torch.Tensor):
-        x2, weight, rstd = ctx.saved_tensors
-        dx, dw, _ = norms.backward_of(ctx.plan, _bwd_plan, dy, x2, weight, rstd, (True, False))
-        need_x, need_w = ctx.needs_input_grad[:2]
-        return (dx if need_x else None), (dw if need_w else None), None, None
-
-
-# ---------------------------------------------------------------------------
 # The torch.library operators (what torch.compile traces; see tilebook.ops.library)
 # ---------------------------------------------------------------------------
 
@@ -516,47 +462,53 @@ rms_norm_op = library.define("rms_norm", _op_forward, kernels=_KERNELS)
 rms_norm_backward_op = library.define("rms_norm_backward", _op_backward, kernels=_KERNELS)
 
 
-def _op_setup(ctx, inputs, output) -> None:
-    x, weight, _ = inputs
-    ctx.save_for_backward(x, weight, output[1])
-
-
-def _op_grad(ctx, dy, _drstd):
-    x, weight, rstd = ctx.saved_tensors
-    dx, dw = rms_norm_backward_op(norms.as_rows(dy, x.shape[1]), x, weight, rstd)
-    return dx, dw, None
-
-
-rms_norm_op.register_autograd(_op_grad, setup_context=_op_setup)
-
-
-def _compiled(x: torch.Tensor, weight: torch.Tensor, eps: object) -> torch.Tensor:
-    """:func:`rms_norm` inside torch.compile: the checks, then the operator."""
-    eps = norms.check_args(_OP, x, eps, False, weight=weight)
-    y, _ = rms_norm_op(norms.as_rows(x, x.shape[-1]), weight.contiguous(), eps)
-    return y.view(x.shape)
-
-
 def compile_jobs(arch: int = 90, dtype: torch.dtype | None = None) -> dict[str, dict]:
     """The five kernels as jobs of :func:`tilebook.course.aot.compile_many` for ``sm_<arch>``,
     configured as the launchers configure them: rows of 4096 (whole rows in
     registers) and of 65536 (the chunked kernels)."""
-    from . import targets
+    return norms.compile_jobs(
+        arch, dtype, lambda x, w: _op_forward(x, w, 1e-6),
+        lambda x, w, rstd: _op_backward(x, x, w, rstd), 1,
+        ((64, 4096, True, True), (8, 65536, True, True)),
+    )  # fmt: skip
 
-    dt = dtype or targets.default_dtype(arch)
-    jobs = {}
-    for n_rows, n_cols in ((64, 4096), (8, 65536)):
-        x = targets.meta_tensor(n_rows, n_cols, dtype=dt)
-        w = targets.meta_tensor(n_cols, dtype=dt)
-        rstd = targets.meta_tensor(n_rows)
-        where = f"{n_rows}x{n_cols}"
-        jobs |= targets.recorded(lambda x=x, w=w: _op_forward(x, w, 1e-6), arch, where)
-        jobs |= targets.recorded(lambda x=x, w=w, r=rstd: _op_backward(x, x, w, r), arch, where)
-    return jobs
 
+# ---------------------------------------------------------------------------
+# Autograd and the public function
+# ---------------------------------------------------------------------------
 
 _compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
+
+
+class RMSNormFunction(torch.autograd.Function):
+    """Autograd for :func:`rms_norm` (``weight`` with unit stride): the kernels, or,
+    inside ``torch.compile``, the operators.
+
+    ``plan`` is the call's forward plan (:class:`tilebook.ops.norms.FwdPlan`, one that
+    keeps rstd; default: planned here).  It is plumbing of :func:`rms_norm` and gets no
+    gradient; the backward's plan is kept on it (:func:`tilebook.ops.norms.backward_of`).
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float, plan=None):
+        if _compiling():
+            return norms.traced_forward(ctx, rms_norm_op, x, weight, eps)
+        plan = plan or _plan(x, weight, True)
+        y, rstd, x2 = norms.forward(plan, x, (weight,), eps)
+        ctx.plan = plan
+        ctx.save_for_backward(x2, weight, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor):
+        x2, weight, rstd = ctx.saved_tensors
+        if _compiling():
+            dx, dw = norms.traced_backward(rms_norm_backward_op, dy, x2, weight, rstd)
+        else:
+            dx, dw, _ = norms.backward_of(ctx.plan, _bwd_plan, dy, x2, weight, rstd, (True, False))
+        need_x, need_w = ctx.needs_input_grad[:2]
+        return (dx if need_x else None), (dw if need_w else None), None, None
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -582,15 +534,17 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
 
     Notes
     -----
-    Inside ``torch.compile`` the call is the operator ``torch.ops.tilebook.rms_norm``
-    (:mod:`tilebook.ops.library`): no graph break, and Inductor sees the kernels.
+    Inside ``torch.compile`` the call is the operators ``torch.ops.tilebook.rms_norm``
+    and ``rms_norm_backward`` (:mod:`tilebook.ops.library`): no graph break, and
+    Inductor sees the kernels.
 
     Examples
     --------
     >>> y = tilebook.rms_norm(x, weight, eps=1e-6)   # doctest: +SKIP
     """
-    if _compiling():
-        return _compiled(x, weight, eps)
+    if _compiling():  # the checks, then the Function (traced: the operators)
+        eps = norms.check_args(_OP, x, eps, False, weight=weight)
+        return RMSNormFunction.apply(x, weight.contiguous(), eps)
     key = plan = None
     if plain(x) and plain(weight):
         # A repeat call: its key fixes everything the checks and the plan looked at
