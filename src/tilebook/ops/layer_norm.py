@@ -6,9 +6,9 @@ mean and (biased) variance taken over the last dimension: ``F.layer_norm(x, (N,)
 weight, bias, eps)``; ``weight`` and ``bias`` are each optional.  The kernels share
 out the work as :mod:`tilebook.ops.rms_norm`'s do, and everything around them
 (configuration, plans of repeat calls, checks, the backward's partial sums) is
-:mod:`tilebook.ops.norms`'.  Here: the math, in five kernels of some 320 lines (two
+:mod:`tilebook.ops.norms`'.  Here: the math, in five kernels of some 270 lines (two
 row statistics, two sums over rows and optional parameters make them the longest of
-the norms): the module is longer than 500 lines for them.
+the norms), with their measured reasons: they make the module longer than 500 lines.
 
 * Forward: the mean, then the variance of ``x - mean`` (two reductions over
   registers, so no cancellation); ``mean`` and ``rstd`` (fp32, per row) are kept.
@@ -91,20 +91,14 @@ def layer_norm_fwd_kernel(
     b_ptr,  # (n_cols,) or unused (HAS_B False)
     y_ptr,  # (n_rows, n_cols), unit stride along a row
     stats_ptr,  # (2, n_rows) fp32: mean, then rstd
-    n_rows,
-    n_cols,
-    x_row_stride,
-    y_row_stride,
-    eps,
+    n_rows, n_cols, x_row_stride, y_row_stride, eps,
     BLOCK_N: tl.constexpr,  # next power of two >= n_cols
     ROWS: tl.constexpr,  # rows per program
-    HAS_W: tl.constexpr,
-    HAS_B: tl.constexpr,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr,
     RELOAD: tl.constexpr,  # read x again for y (from L2) instead of keeping it in registers
     EVEN: tl.constexpr,  # n_cols == BLOCK_N and ROWS divides n_rows: no masks at all
-):
-    cols = tl.arange(0, BLOCK_N)
-    col_ok = cols < n_cols
+):  # fmt: skip
+    cols, col_ok = norms.columns(0, n_cols, BLOCK_N)
     rows, row_ok, mask, rows64 = norms.row_tile(tl.program_id(0) * ROWS, ROWS, n_rows, col_ok)
     x_ptrs = x_ptr + rows64 * x_row_stride + cols[None, :]
 
@@ -131,30 +125,22 @@ def layer_norm_fwd_kernel(
 
 @triton.jit
 def layer_norm_bwd_kernel(
-    dy_ptr,  # (n_rows, n_cols), unit stride along a row
-    x_ptr,  # (n_rows, n_cols), unit stride along a row
+    dy_ptr, x_ptr,  # (n_rows, n_cols), unit stride along a row
     w_ptr,  # (n_cols,) or unused (HAS_W False)
     stats_ptr,  # (2, n_rows) fp32 from the forward: mean, rstd
     dx_ptr,  # (n_rows, n_cols), unit stride along a row
     partial_ptr,  # (num_programs(1), 2, n_cols) fp32: dweight, dbias per program
-    n_rows,
-    n_cols,
-    dy_row_stride,
-    x_row_stride,
-    dx_row_stride,
+    n_rows, n_cols, dy_row_stride, x_row_stride, dx_row_stride,
     BLOCK_N: tl.constexpr,  # next power of two >= n_cols
     ROWS: tl.constexpr,  # rows per loop step
     COL_SPLITS: tl.constexpr,  # programs that share a row, each owning BLOCK_N // COL_SPLITS
-    HAS_W: tl.constexpr,
-    NEED_DW: tl.constexpr,
-    NEED_DB: tl.constexpr,
-):
+    HAS_W: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
+):  # fmt: skip
     split = tl.program_id(0)  # which slice of the columns this program owns
     pid = tl.program_id(1)
     n_progs = tl.num_programs(1)
     SLICE: tl.constexpr = BLOCK_N // COL_SPLITS
-    cols = tl.arange(0, BLOCK_N)
-    col_ok = cols < n_cols
+    cols, col_ok = norms.columns(0, n_cols, BLOCK_N)
     own = split * SLICE + tl.arange(0, SLICE)
     own_ok = own < n_cols
     dw_acc = tl.zeros((ROWS, SLICE), dtype=tl.float32)
@@ -221,19 +207,13 @@ def layer_norm_bwd_kernel(
 @triton.jit
 def layer_norm_fwd_chunked_kernel(
     x_ptr,  # (n_rows, n_cols), unit stride along a row
-    w_ptr,
-    b_ptr,
+    w_ptr, b_ptr,
     y_ptr,  # (n_rows, n_cols), unit stride along a row
     stats_ptr,  # (2, n_rows) fp32: mean, then rstd
-    n_rows,
-    n_cols,
-    x_row_stride,
-    y_row_stride,
-    eps,
+    n_rows, n_cols, x_row_stride, y_row_stride, eps,
     BLOCK_N: tl.constexpr,  # chunk width, a power of two
-    HAS_W: tl.constexpr,
-    HAS_B: tl.constexpr,
-):
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+):  # fmt: skip
     cols = tl.arange(0, BLOCK_N)
     n_chunks = tl.cdiv(n_cols, BLOCK_N)
     # A persistent grid, as in rms_norm_fwd_chunked_kernel.
@@ -273,18 +253,14 @@ def layer_norm_fwd_chunked_kernel(
 
 @triton.jit
 def layer_norm_bwd_dot_kernel(
-    dy_ptr,  # (n_rows, n_cols), unit stride along a row
-    x_ptr,  # (n_rows, n_cols), unit stride along a row
+    dy_ptr, x_ptr,  # (n_rows, n_cols), unit stride along a row
     w_ptr,
     stats_ptr,  # (2, n_rows) fp32: mean, rstd
     dot_ptr,  # (2, n_rows, n_chunks) fp32: sum(g), sum(g * x_hat) per row chunk
-    n_rows,
-    n_cols,
-    dy_row_stride,
-    x_row_stride,
+    n_rows, n_cols, dy_row_stride, x_row_stride,
     BLOCK_N: tl.constexpr,  # chunk width, a power of two
     HAS_W: tl.constexpr,
-):
+):  # fmt: skip
     # One program per (row, chunk), row-major: the grid streams through memory in
     # order, and program pid's partial sums land at dot_ptr + pid.
     pid = tl.program_id(0)
@@ -306,32 +282,23 @@ def layer_norm_bwd_dot_kernel(
 
 @triton.jit
 def layer_norm_bwd_chunked_kernel(
-    dy_ptr,  # (n_rows, n_cols), unit stride along a row
-    x_ptr,  # (n_rows, n_cols), unit stride along a row
+    dy_ptr, x_ptr,  # (n_rows, n_cols), unit stride along a row
     w_ptr,
     stats_ptr,  # (2, n_rows) fp32: mean, rstd
     dot_ptr,  # (2, n_rows, n_dots) fp32, from layer_norm_bwd_dot_kernel
     dx_ptr,  # (n_rows, n_cols), unit stride along a row
     partial_ptr,  # (num_programs(1), 2, n_cols) fp32
-    n_rows,
-    n_cols,
-    n_dots,
-    dy_row_stride,
-    x_row_stride,
-    dx_row_stride,
+    n_rows, n_cols, n_dots, dy_row_stride, x_row_stride, dx_row_stride,
     BLOCK_N: tl.constexpr,  # column chunk of this program, a power of two
     ROWS: tl.constexpr,  # rows per loop step
     DOTS: tl.constexpr,  # next power of two >= n_dots
-    HAS_W: tl.constexpr,
-    NEED_DW: tl.constexpr,
-    NEED_DB: tl.constexpr,
-):
+    HAS_W: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
+):  # fmt: skip
     # Program (chunk, split) owns columns [chunk * BLOCK_N, (chunk + 1) * BLOCK_N)
     # and every num_programs(1)-th row block: its share of dweight and dbias for
     # those columns stays in registers, as in layer_norm_bwd_kernel.
     split = tl.program_id(1)
-    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_ok = cols < n_cols
+    cols, col_ok = norms.columns(tl.program_id(0) * BLOCK_N, n_cols, BLOCK_N)
     n_blocks = tl.cdiv(n_rows, ROWS)
     dw_acc = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
     db_acc = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
@@ -439,18 +406,11 @@ def _params(x, weight, bias) -> tuple:
 
 
 def launch_layer_norm_fwd(
-    x: torch.Tensor,
-    weight: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    eps: float,
-    *,
-    rows_per_program: int | None = None,
-    num_warps: int | None = None,
-    chunked: bool | None = None,
-    chunk: int | None = None,
-    programs_per_sm: int | None = None,
+    x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float, *,
+    rows_per_program: int | None = None, num_warps: int | None = None,
+    chunked: bool | None = None, chunk: int | None = None, programs_per_sm: int | None = None,
     via=None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """Run the forward kernel on a checked 2-D ``x`` with unit column stride.
 
     Returns ``(y, stats)``: ``y`` contiguous with ``x``'s shape and dtype, ``stats``
@@ -487,21 +447,12 @@ def _bwd_plan(x, weight, needs, shape=None, strides=None, rows=None, warps=None,
 
 
 def launch_layer_norm_bwd(
-    dy: torch.Tensor,
-    x: torch.Tensor,
-    weight: torch.Tensor | None,
-    stats: torch.Tensor,
-    *,
-    need_dw: bool | None = None,
-    need_db: bool = True,
-    rows_per_program: int | None = None,
-    num_warps: int | None = None,
-    programs_per_sm: int | None = None,
-    col_splits: int | None = None,
-    chunked: bool | None = None,
-    chunk: int | None = None,
-    via=None,
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, stats: torch.Tensor, *,
+    need_dw: bool | None = None, need_db: bool = True,
+    rows_per_program: int | None = None, num_warps: int | None = None,
+    programs_per_sm: int | None = None, col_splits: int | None = None,
+    chunked: bool | None = None, chunk: int | None = None, via=None,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:  # fmt: skip
     """Run the backward kernels on checked 2-D ``dy`` and ``x`` (unit column stride).
 
     Returns ``dx`` in ``x``'s dtype and ``dweight`` and ``dbias`` in the weight's
@@ -548,11 +499,10 @@ def _op_backward(
     return dx, x.new_empty(0) if dw is None else dw, x.new_empty(0) if db is None else db
 
 
-_KERNELS = (
-    layer_norm_fwd_kernel, layer_norm_fwd_chunked_kernel, *_BWD_KERNELS, sum_partials_kernel,
+layer_norm_op, layer_norm_backward_op = norms.define_ops(
+    _OP, _op_forward, _op_backward, (layer_norm_fwd_kernel, layer_norm_fwd_chunked_kernel,
+                                     *_BWD_KERNELS, sum_partials_kernel)
 )  # fmt: skip
-layer_norm_op = library.define("layer_norm", _op_forward, kernels=_KERNELS)
-layer_norm_backward_op = library.define("layer_norm_backward", _op_backward, kernels=_KERNELS)
 
 
 def compile_jobs(arch: int = 90, dtype: torch.dtype | None = None) -> dict[str, dict]:
@@ -586,9 +536,8 @@ class LayerNormFunction(torch.autograd.Function):
     def forward(ctx, x, weight, bias, eps: float, plan=None) -> torch.Tensor:
         if _compiling():
             return norms.traced_forward(ctx, layer_norm_op, x, weight, bias, eps)
-        plan = plan or _plan(x, weight, bias)
+        ctx.plan = plan = plan or _plan(x, weight, bias)
         y, stats, x2 = norms.forward(plan, x, _params(x, weight, bias), eps)
-        ctx.plan = plan
         ctx.save_for_backward(x2, weight, stats)
         return y
 
@@ -625,13 +574,16 @@ def layer_norm(
     gradients of ``weight`` and ``bias`` are summed without atomics, in a fixed
     order, so they are the same from run to run.
 
+    Inside ``torch.compile`` the call is traced to the operators
+    ``torch.ops.tilebook.layer_norm`` and ``layer_norm_backward`` (:mod:`tilebook.ops.library`):
+    no graph break, and Inductor sees the kernels.
+
     Parameters
     ----------
     x
-        Tensor of shape ``(..., N)``, float16, bfloat16 or float32, on tilebook's
+        Tensor of shape ``(..., N)`` (``N`` at most :data:`MAX_HIDDEN`, ``2**20``; long
+        rows take the chunked kernels), float16, bfloat16 or float32, on tilebook's
         device.  Any strides: rows that are not evenly strided are copied first.
-        ``N`` may be at most :data:`MAX_HIDDEN` (``2**20``); long rows take the
-        chunked kernels.
     weight, bias
         None, or 1-D tensors of size ``N`` on ``x``'s device, with ``x``'s dtype or,
         for a float16 or bfloat16 ``x``, both in float32 (mixed precision: their
@@ -639,22 +591,13 @@ def layer_norm(
     eps
         Positive number added to the variance, for stability.
 
-    Notes
-    -----
-    Inside ``torch.compile`` the call is the operators ``torch.ops.tilebook.layer_norm``
-    and ``layer_norm_backward`` (:mod:`tilebook.ops.library`): no graph break, and
-    Inductor sees the kernels.
-
     Examples
     --------
     >>> y = tilebook.layer_norm(x, weight, bias, eps=1e-5)   # doctest: +SKIP
     """
-    if _compiling():  # the checks, then the Function (traced: the operators)
-        eps = norms.check_args(_OP, x, eps, weight=weight, bias=bias)
-        w = None if weight is None else weight.contiguous()
-        return LayerNormFunction.apply(x, w, None if bias is None else bias.contiguous(), eps)
     key = plan = None
-    if plain(x) and (weight is None or plain(weight)) and (bias is None or plain(bias)):
+    if (not _compiling() and plain(x) and (weight is None or plain(weight))
+            and (bias is None or plain(bias))):  # fmt: skip
         # A repeat call: its key fixes everything the checks and the plan looked at
         # but eps (a runtime argument of the kernels, so it may differ).
         key = call_key(x, weight, bias, _plan, FWD_CHUNKED_THRESHOLD, CHUNK_FWD,
@@ -668,6 +611,8 @@ def layer_norm(
     # The kernels read weight and bias with unit stride (a copy is recorded).
     w = None if weight is None else weight.contiguous()
     b = None if bias is None else bias.contiguous()
+    if _compiling():  # traced: the Function calls the operators
+        return LayerNormFunction.apply(x, w, b, eps)
     if plan is None:
         plan = _plan(x, w, b)
         if key is not None and w is weight and b is bias:

@@ -25,8 +25,8 @@ alike; their math differs, and each op module holds its own kernels.
 
 Everything around the kernels is here, once:
 
-* the kernels' shared pieces of Triton (:func:`row_tile`, :func:`row_sums`,
-  :func:`walk_row`);
+* the kernels' shared pieces of Triton (:func:`columns`, :func:`row_tile`,
+  :func:`row_sums`, :func:`walk_row`);
 * the launch configuration rules and their checks;
 * the arguments' checks;
 * the plans: what one call launches, decided once per call key
@@ -35,8 +35,8 @@ Everything around the kernels is here, once:
   :class:`~tilebook._launch.Step` objects (eagerly, or through
   :func:`tilebook.ops.library.launch` inside ``torch.compile``);
 * what the ops' ``autograd.Function`` does inside ``torch.compile`` (call the ops'
-  ``torch.library`` operators: :func:`traced_forward`, :func:`traced_backward`), and
-  their compile jobs (:func:`compile_jobs`).
+  ``torch.library`` operators: :func:`traced_forward`, :func:`traced_backward`), the
+  operators themselves (:func:`define_ops`) and their compile jobs (:func:`compile_jobs`).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ import triton.language as tl
 
 from .._launch import Step, plain_grad, sm_count
 from ..validation import check_same_device, check_tensor
+from . import library
 from .partials import SUM_BLOCK_C, SUM_BLOCK_P, sum_partials_grid, sum_partials_kernel
 
 __all__ = ["BWD_WARPS_PER_SM", "MAX_HIDDEN", "bwd_rule", "fwd_rule"]
@@ -62,6 +63,13 @@ BWD_WARPS_PER_SM = 16
 
 
 # --------------------------------------------------------------------------- kernels' pieces
+
+
+@triton.jit
+def columns(first, n_cols, BLOCK_N: tl.constexpr):
+    """Columns ``first`` to ``first + BLOCK_N - 1``, and which of them exist."""
+    cols = first + tl.arange(0, BLOCK_N)
+    return cols, cols < n_cols
 
 
 @triton.jit
@@ -487,6 +495,13 @@ def traced_backward(op, dy: torch.Tensor, x2, *rest) -> tuple:
     with ``dx`` shaped like ``dy``."""
     dx, *sums = op(as_rows(dy, x2.shape[1]), x2, *rest)
     return dx.view(dy.shape), *sums
+
+
+def define_ops(name: str, forward, backward, kernels: tuple) -> tuple:
+    """The operators ``tilebook::<name>`` and ``tilebook::<name>_backward`` of a norm's
+    operator bodies (:func:`tilebook.ops.library.define`), which may launch ``kernels``."""
+    return (library.define(name, forward, kernels=kernels),
+            library.define(f"{name}_backward", backward, kernels=kernels))  # fmt: skip
 
 
 def compile_jobs(arch: int, dtype, fwd, bwd, stats: int, sizes: tuple) -> dict[str, dict]:

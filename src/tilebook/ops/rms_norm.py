@@ -7,7 +7,7 @@ out the work (whole rows in registers, a persistent backward whose ``dweight``
 partial sums :func:`~tilebook.ops.partials.sum_partials_kernel` adds up, chunked
 kernels for long rows) and everything around them that :mod:`tilebook.ops.layer_norm`
 does alike (configuration, plans of repeat calls, checks) is in
-:mod:`tilebook.ops.norms`.  Here: the math, in five kernels of some 230 lines with
+:mod:`tilebook.ops.norms`.  Here: the math, in five kernels of some 180 lines with
 their measured reasons, which make the module longer than 500 lines.
 
 * Forward (:func:`rms_norm_fwd_kernel`): rows reduced to ``rstd`` and scaled before
@@ -85,19 +85,14 @@ def rms_norm_fwd_kernel(
     w_ptr,  # (n_cols,)
     y_ptr,  # (n_rows, n_cols), unit stride along a row
     rstd_ptr,  # (n_rows,) fp32
-    n_rows,
-    n_cols,
-    x_row_stride,
-    y_row_stride,
-    eps,
+    n_rows, n_cols, x_row_stride, y_row_stride, eps,
     BLOCK_N: tl.constexpr,  # next power of two >= n_cols
     ROWS: tl.constexpr,  # rows per program
     STORE_RSTD: tl.constexpr,  # False: no backward follows (rstd_ptr is unused)
     X_EVICT: tl.constexpr,  # L2 policy of the x loads: "" or "evict_last" (see _x_evict)
     EVEN: tl.constexpr,  # n_cols == BLOCK_N and ROWS divides n_rows: no masks at all
-):
-    cols = tl.arange(0, BLOCK_N)
-    col_ok = cols < n_cols
+):  # fmt: skip
+    cols, col_ok = norms.columns(0, n_cols, BLOCK_N)
     rows, row_ok, mask, rows64 = norms.row_tile(tl.program_id(0) * ROWS, ROWS, n_rows, col_ok)
     x_ptrs = x_ptr + rows64 * x_row_stride + cols[None, :]
     y_ptrs = y_ptr + rows64 * y_row_stride + cols[None, :]
@@ -113,25 +108,27 @@ def rms_norm_fwd_kernel(
 
 
 @triton.jit
+def _store_dx(dx_ptrs, mask, g, x_hat, c, rstd):
+    # d/dx of x * rstd(x): the direct term minus the term through rstd's dependence
+    # on every element of the row (c: mean(g * x_hat) over the row).
+    dx = (g - x_hat * c[:, None]) * rstd[:, None]
+    tl.store(dx_ptrs, dx.to(dx_ptrs.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def rms_norm_bwd_kernel(
-    dy_ptr,  # (n_rows, n_cols), unit stride along a row
-    x_ptr,  # (n_rows, n_cols), unit stride along a row
+    dy_ptr, x_ptr,  # (n_rows, n_cols), unit stride along a row
     w_ptr,  # (n_cols,)
     rstd_ptr,  # (n_rows,) fp32, from the forward pass
     dx_ptr,  # (n_rows, n_cols), unit stride along a row
     dw_partial_ptr,  # (num_programs, n_cols) fp32, contiguous
-    n_rows,
-    n_cols,
-    dy_row_stride,
-    x_row_stride,
-    dx_row_stride,
+    n_rows, n_cols, dy_row_stride, x_row_stride, dx_row_stride,
     BLOCK_N: tl.constexpr,
     ROWS: tl.constexpr,  # rows per loop step
-):
+):  # fmt: skip
     pid = tl.program_id(0)
     n_progs = tl.num_programs(0)
-    cols = tl.arange(0, BLOCK_N)
-    col_ok = cols < n_cols
+    cols, col_ok = norms.columns(0, n_cols, BLOCK_N)
     dw_acc = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
 
     # Grid-stride loop: neighbouring programs take neighbouring row blocks, so at
@@ -149,15 +146,8 @@ def rms_norm_bwd_kernel(
         x_hat = x.to(tl.float32) * rstd[:, None]
         dy = dy.to(tl.float32)
         g = dy * w[None, :]
-        # d/dx of x * rstd(x): the direct term minus the term through rstd's
-        # dependence on every element of the row.
         c = tl.sum(g * x_hat, axis=1) / n_cols
-        dx = (g - x_hat * c[:, None]) * rstd[:, None]
-        tl.store(
-            dx_ptr + rows64 * dx_row_stride + cols[None, :],
-            dx.to(dx_ptr.dtype.element_ty),
-            mask=mask,
-        )
+        _store_dx(dx_ptr + rows64 * dx_row_stride + cols[None, :], mask, g, x_hat, c, rstd)
         dw_acc += dy * x_hat
 
     dw = tl.sum(dw_acc, axis=0)
@@ -175,13 +165,9 @@ def rms_norm_fwd_chunked_kernel(
     w_ptr,  # (n_cols,)
     y_ptr,  # (n_rows, n_cols), unit stride along a row
     rstd_ptr,  # (n_rows,) fp32
-    n_rows,
-    n_cols,
-    x_row_stride,
-    y_row_stride,
-    eps,
+    n_rows, n_cols, x_row_stride, y_row_stride, eps,
     BLOCK_N: tl.constexpr,  # chunk width, a power of two
-):
+):  # fmt: skip
     cols = tl.arange(0, BLOCK_N)
     n_chunks = tl.cdiv(n_cols, BLOCK_N)
     # A persistent grid: few rows are in flight at once, so that a row read by the
@@ -209,15 +195,12 @@ def rms_norm_fwd_chunked_kernel(
 
 @triton.jit
 def rms_norm_bwd_dot_kernel(
-    dy_ptr,  # (n_rows, n_cols), unit stride along a row
-    x_ptr,  # (n_rows, n_cols), unit stride along a row
+    dy_ptr, x_ptr,  # (n_rows, n_cols), unit stride along a row
     w_ptr,  # (n_cols,)
     dot_ptr,  # (n_rows, n_chunks) fp32, contiguous: sum(dy * w * x) per row chunk
-    n_cols,
-    dy_row_stride,
-    x_row_stride,
+    n_cols, dy_row_stride, x_row_stride,
     BLOCK_N: tl.constexpr,  # chunk width, a power of two
-):
+):  # fmt: skip
     # One program per (row, chunk), row-major: the grid streams through memory in
     # order, and the partial dot of program pid lands at dot_ptr + pid.
     pid = tl.program_id(0)
@@ -233,29 +216,22 @@ def rms_norm_bwd_dot_kernel(
 
 @triton.jit
 def rms_norm_bwd_chunked_kernel(
-    dy_ptr,  # (n_rows, n_cols), unit stride along a row
-    x_ptr,  # (n_rows, n_cols), unit stride along a row
+    dy_ptr, x_ptr,  # (n_rows, n_cols), unit stride along a row
     w_ptr,  # (n_cols,)
     rstd_ptr,  # (n_rows,) fp32, from the forward pass
     dot_ptr,  # (n_rows, n_dots) fp32, from rms_norm_bwd_dot_kernel
     dx_ptr,  # (n_rows, n_cols), unit stride along a row
     dw_partial_ptr,  # (num_programs(1), n_cols) fp32, contiguous
-    n_rows,
-    n_cols,
-    n_dots,
-    dy_row_stride,
-    x_row_stride,
-    dx_row_stride,
+    n_rows, n_cols, n_dots, dy_row_stride, x_row_stride, dx_row_stride,
     BLOCK_N: tl.constexpr,  # column chunk of this program, a power of two
     ROWS: tl.constexpr,  # rows per loop step
     DOTS: tl.constexpr,  # next power of two >= n_dots
-):
+):  # fmt: skip
     # Program (chunk, split) owns columns [chunk * BLOCK_N, (chunk + 1) * BLOCK_N)
     # and every num_programs(1)-th row block: its share of dweight for those columns
     # stays in registers, as in rms_norm_bwd_kernel.
     split = tl.program_id(1)
-    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_ok = cols < n_cols
+    cols, col_ok = norms.columns(tl.program_id(0) * BLOCK_N, n_cols, BLOCK_N)
     n_blocks = tl.cdiv(n_rows, ROWS)
     dw_acc = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
 
@@ -275,12 +251,7 @@ def rms_norm_bwd_chunked_kernel(
         x_hat = x.to(tl.float32) * rstd[:, None]
         dy = dy.to(tl.float32)
         g = dy * w[None, :]
-        dx = (g - x_hat * c[:, None]) * rstd[:, None]
-        tl.store(
-            dx_ptr + rows64 * dx_row_stride + cols[None, :],
-            dx.to(dx_ptr.dtype.element_ty),
-            mask=mask,
-        )
+        _store_dx(dx_ptr + rows64 * dx_row_stride + cols[None, :], mask, g, x_hat, c, rstd)
         dw_acc += dy * x_hat
 
     dw = tl.sum(dw_acc, axis=0)
@@ -367,16 +338,10 @@ def _plan(x: torch.Tensor, weight: torch.Tensor, grad: bool, *settings) -> norms
 
 
 def launch_rms_norm_fwd(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    eps: float,
-    *,
-    rows_per_program: int | None = None,
-    num_warps: int | None = None,
-    chunked: bool | None = None,
-    chunk: int | None = None,
-    programs_per_sm: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    x: torch.Tensor, weight: torch.Tensor, eps: float, *,
+    rows_per_program: int | None = None, num_warps: int | None = None,
+    chunked: bool | None = None, chunk: int | None = None, programs_per_sm: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """Run the forward kernel on a checked 2-D ``x`` with unit column stride.
 
     Returns ``(y, rstd)``: ``y`` contiguous with ``x``'s shape and dtype, ``rstd``
@@ -406,18 +371,11 @@ def _bwd_plan(x, _w=None, needs=(True, False), shape=None, strides=None, rows=No
 
 
 def launch_rms_norm_bwd(
-    dy: torch.Tensor,
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    rstd: torch.Tensor,
-    *,
-    rows_per_program: int | None = None,
-    num_warps: int | None = None,
-    programs_per_sm: int | None = None,
-    chunked: bool | None = None,
-    chunk: int | None = None,
+    dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor, *,
+    rows_per_program: int | None = None, num_warps: int | None = None,
+    programs_per_sm: int | None = None, chunked: bool | None = None, chunk: int | None = None,
     via=None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """Run the backward kernels on checked 2-D ``dy`` and ``x`` (unit column stride).
 
     Returns ``(dx, dweight)`` in the dtypes of ``x`` and ``weight``.  ``chunked``
@@ -455,11 +413,10 @@ def _op_backward(
     return launch_rms_norm_bwd(dy, x, weight, rstd, via=library.launch)
 
 
-_KERNELS = (
-    rms_norm_fwd_kernel, rms_norm_fwd_chunked_kernel, *_BWD_KERNELS, sum_partials_kernel,
-)  # fmt: skip
-rms_norm_op = library.define("rms_norm", _op_forward, kernels=_KERNELS)
-rms_norm_backward_op = library.define("rms_norm_backward", _op_backward, kernels=_KERNELS)
+_FWD_KERNELS = (rms_norm_fwd_kernel, rms_norm_fwd_chunked_kernel)
+rms_norm_op, rms_norm_backward_op = norms.define_ops(
+    _OP, _op_forward, _op_backward, (*_FWD_KERNELS, *_BWD_KERNELS, sum_partials_kernel)
+)
 
 
 def compile_jobs(arch: int = 90, dtype: torch.dtype | None = None) -> dict[str, dict]:
@@ -494,9 +451,8 @@ class RMSNormFunction(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float, plan=None):
         if _compiling():
             return norms.traced_forward(ctx, rms_norm_op, x, weight, eps)
-        plan = plan or _plan(x, weight, True)
+        ctx.plan = plan = plan or _plan(x, weight, True)
         y, rstd, x2 = norms.forward(plan, x, (weight,), eps)
-        ctx.plan = plan
         ctx.save_for_backward(x2, weight, rstd)
         return y
 
@@ -518,6 +474,10 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     ``x.dtype``; the same as ``torch.nn.functional.rms_norm(x, (H,), weight, eps)``
     up to rounding.  Differentiable with respect to ``x`` and ``weight``.
 
+    Inside ``torch.compile`` the call is traced to the operators
+    ``torch.ops.tilebook.rms_norm`` and ``rms_norm_backward`` (:mod:`tilebook.ops.library`):
+    no graph break, and Inductor sees the kernels.
+
     Parameters
     ----------
     x
@@ -532,21 +492,12 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     eps
         Positive number added to the mean square, for stability.
 
-    Notes
-    -----
-    Inside ``torch.compile`` the call is the operators ``torch.ops.tilebook.rms_norm``
-    and ``rms_norm_backward`` (:mod:`tilebook.ops.library`): no graph break, and
-    Inductor sees the kernels.
-
     Examples
     --------
     >>> y = tilebook.rms_norm(x, weight, eps=1e-6)   # doctest: +SKIP
     """
-    if _compiling():  # the checks, then the Function (traced: the operators)
-        eps = norms.check_args(_OP, x, eps, False, weight=weight)
-        return RMSNormFunction.apply(x, weight.contiguous(), eps)
     key = plan = None
-    if plain(x) and plain(weight):
+    if not _compiling() and plain(x) and plain(weight):
         # A repeat call: its key fixes everything the checks and the plan looked at
         # but eps (a runtime argument of the kernels, so it may differ).
         grad = (x.requires_grad or weight.requires_grad) and _grad_enabled()
@@ -560,6 +511,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     eps = norms.check_args(_OP, x, eps, False, weight=weight)
     grad = (x.requires_grad or weight.requires_grad) and _grad_enabled()
     w = weight.contiguous()  # the kernels read weight with unit stride (a copy is recorded)
+    if _compiling():  # traced: the Function calls the operators
+        return RMSNormFunction.apply(x, w, eps)
     if plan is None:
         plan = _plan(x, w, grad)
         if key is not None and w is weight:
