@@ -33,13 +33,43 @@ ROW_OPS = {"rms_norm": (1024, 4096, 16384), "layer_norm": (1024, 4096, 16384),
            "softmax": (1024, 4096), "dropout": (4096,)}  # fmt: skip
 
 
-def _child(only: str) -> None:
-    """Measure one op (a key of ROW_OPS) or ``"other"`` (vector_add, matmul) in this
-    process and print its figures as JSON: a graph capture that fails can leave the
-    process unusable, so each op gets a process of its own."""
+def graph_us(fn, calls: int = 20, replays: int = 15) -> float:
+    """GPU microseconds per call of ``fn``: ``calls`` calls captured in one CUDA graph,
+    the graph replayed ``replays`` times, the median replay over ``calls``.
+
+    This is ``triton.testing.do_bench_cudagraph``'s method with a fixed, short graph:
+    on the H200 (torch 2.11, Triton 3.6) its capture of some 400 unrolled calls of a
+    row op failed ("operation failed due to a previous error during capture") and left
+    the process unusable, while captures of a few calls of the same op held."""
+    import torch
+
+    with torch.cuda.stream(torch.cuda.Stream()):
+        fn()
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+        graph.replay()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(replays):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e3 / calls)
+    return statistics.median(times)
+
+
+def _child(ops: str) -> None:
+    """Measure the ops named in ``ops`` (comma-separated keys of ROW_OPS, ``"other"``
+    for vector_add and matmul, ``"liger"`` for Liger-Kernel's host times) in this
+    process and print the figures as JSON."""
+    only = set(ops.split(","))
     import torch
     import torch.nn.functional as F
-    import triton
 
     import tilebook
 
@@ -53,9 +83,9 @@ def _child(only: str) -> None:
             fn()
         torch.cuda.synchronize()
         try:
-            return triton.testing.do_bench_cudagraph(fn, rep=40) * 1e3
+            return graph_us(fn)
         except Exception as exc:  # noqa: BLE001
-            print(f"  (no graph: {exc!r:.120})", file=sys.stderr)
+            print(f"  (no graph: {exc!r:.400})", file=sys.stderr)
             return None
 
     def op_call(name, x, w, b):
@@ -69,7 +99,7 @@ def _child(only: str) -> None:
 
     out = {}
     for name, hiddens in ROW_OPS.items():
-        if name != only:
+        if name not in only:
             continue
         for n in hiddens:
             rows = ELEMENTS // n
@@ -89,7 +119,7 @@ def _child(only: str) -> None:
             out[f"{name} bwd {rows}x{n}"] = gpu_us(bwd)
             del x, w, b, xg, wg, bg, y, dy
             torch.cuda.empty_cache()
-    if only == "other":
+    if "other" in only:
         v = torch.randn(ELEMENTS, device=dev)
         out[f"vector_add {ELEMENTS}"] = gpu_us(lambda: tilebook.vector_add(v, v))
         m = torch.randn(2048, 2048, device=dev, dtype=bf)
@@ -118,27 +148,59 @@ def _child(only: str) -> None:
     }  # fmt: skip
     s = torch.randn(4096, device=dev)
     for name, (fwd, fb, tfwd, tfb) in small.items():
-        if name != only:
+        if name not in only:
             continue
         out[f"host {name} fwd"] = _host_us(fwd)
         out[f"host {name} fwd+bwd"] = _host_us(fb)
         out[f"host torch {name} fwd"] = _host_us(tfwd)
         out[f"host torch {name} fwd+bwd"] = _host_us(tfb)
-    if only == "other":
+    liger = _liger() if "liger" in only else {}
+    for name, lfwd in liger.items():
+        ins = (xs, ws, bs)[: {"softmax": 1, "rms_norm": 2}.get(name, 3)]
+        out[f"host liger {name} fwd"] = _host_us(lambda lfwd=lfwd: lfwd(x, w, b))
+        out[f"host liger {name} fwd+bwd"] = _host_us(step(lfwd, *ins))
+    if "other" in only:
         out["host vector_add"] = _host_us(lambda: tilebook.vector_add(s, s))
         out["host torch.add"] = _host_us(lambda: torch.add(s, s))
     print(json.dumps({"banner": tilebook.banner(), "file": tilebook.__file__, "us": out}))
 
 
-def _run(tree: Path, op: str) -> dict:
+def _liger() -> dict:
+    """Liger-Kernel's forward per op, where its wheel is importable (its own API)."""
+    try:
+        from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+        from liger_kernel.ops.softmax import LigerSoftmaxFunction
+    except ImportError:
+        return {}
+    return {
+        "rms_norm": lambda x, w, b=None: LigerRMSNormFunction.apply(x, w, 1e-6),
+        "layer_norm": lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5),
+        "softmax": lambda x, *_: LigerSoftmaxFunction.apply(x),
+    }
+
+
+def _run(tree: Path, ops: str) -> dict:
     """One child's figures; a child that fails reports its error and gives none."""
     env = dict(os.environ, PYTHONPATH=str(tree / "src"))
-    proc = subprocess.run([sys.executable, __file__, "--child", op], env=env,
+    proc = subprocess.run([sys.executable, __file__, "--child", ops], env=env,
                           capture_output=True, text=True, check=False)  # fmt: skip
     if proc.returncode:
-        print(f"{tree} {op}: child failed\n{proc.stderr[-1500:]}", file=sys.stderr)
+        print(f"{tree} {ops}: child failed\n{proc.stderr[-1500:]}", file=sys.stderr)
         return {"us": {}, "banner": "", "file": ""}
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _measure(tree: Path, liger: bool) -> tuple[dict, str]:
+    """Every op of one tree: in one child, or one child per op where that fails (a
+    failed capture can leave a process unusable)."""
+    ops = [*ROW_OPS, "other"]
+    res = _run(tree, ",".join(ops + ["liger"] * liger))
+    if not res["us"]:
+        parts = [_run(tree, op) for op in ops + ["liger"] * liger]
+        res = {"us": {k: v for p in parts for k, v in p["us"].items()},
+               "banner": next((p["banner"] for p in parts if p["banner"]), "")}  # fmt: skip
+    return res["us"], res["banner"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,11 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     banner = ""
     for r in range(args.rounds):
         for side in ("a", "b") if r % 2 == 0 else ("b", "a"):
-            figures = {}
-            for op in (*ROW_OPS, "other"):
-                res = _run(getattr(args, side), op)
-                figures |= res["us"]
-                banner = res["banner"] or banner
+            figures, banner = _measure(getattr(args, side), liger=side == "b")
             got[side].append(figures)
             print(f"round {r + 1} {side}: {len(figures)} figures", file=sys.stderr, flush=True)
     keys = list(dict.fromkeys(k for runs in got.values() for run in runs for k in run))
@@ -173,6 +231,17 @@ def main(argv: list[str] | None = None) -> int:
         ratio = f"{b / a:8.3f}" if a and b else f"{'-':>8}"
         fa, fb = (f"{v:10.1f}" if v is not None else f"{'-':>10}" for v in (a, b))
         print(f"{k:<40}{fa}{fb}{ratio}")
+    print(f"\nhost µs per eager call (b): {'op':<22}{'tilebook':>9}{'torch':>8}{'liger':>8}"
+          f"{'/ torch':>8}{'/ liger':>8}")  # fmt: skip
+    b = med["b"]
+    for op in ROW_OPS:
+        for part in ("fwd", "fwd+bwd"):
+            ours, torch_, liger = (b.get(f"host {w}{op} {part}") for w in ("", "torch ", "liger "))
+            if ours is None:
+                continue
+            cells = [f"{v:8.1f}" if v else f"{'-':>8}" for v in (torch_, liger)]
+            ratios = [f"{ours / v:8.2f}" if v else f"{'-':>8}" for v in (torch_, liger)]
+            print(f"{'':27}{op + ' ' + part:<22}{ours:9.1f}{''.join(cells)}{''.join(ratios)}")
     if args.json:
         Path(args.json).write_text(json.dumps({"runs": got, "median": med}, indent=1))
     return 0

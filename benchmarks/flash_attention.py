@@ -11,6 +11,7 @@ more rounds, the length sweep ``experiment.lengths`` at more lengths.  The tile 
     PYTHONPATH=src python benchmarks/flash_attention.py --tune      # sweep tiles, then the table
     PYTHONPATH=src python benchmarks/flash_attention.py --lengths   # TFLOP/s against N (lesson 12)
     PYTHONPATH=src python benchmarks/flash_attention.py --warm flex # compile only (caches)
+    PYTHONPATH=src python benchmarks/flash_attention.py --head-dims 80,96  # against cuDNN
 """
 
 from __future__ import annotations
@@ -316,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kernels", default="fwd,dkdv,dq", help="kernels the sweep tunes")
     p.add_argument("--first", type=int, help="only the first FIRST candidates of each list")
     p.add_argument("--json", help="write the rows to this file")
+    p.add_argument("--head-dims", help="only these head dims against cuDNN, e.g. 80,96,128")
     args = p.parse_args(argv)
     print(tilebook.banner(), flush=True)
     if args.warm:
@@ -332,6 +334,18 @@ def main(argv: list[str] | None = None) -> int:
             with open(args.json, "w") as f:
                 json.dump(out, f, indent=1)
 
+    if args.head_dims:  # H x D = 2048 at every D (16 heads of 128)
+        rows = []
+        for d in map(int, args.head_dims.split(",")):
+            for causal in (False, True):
+                rows += experiment.versus(d, causal, n=N, batch=BATCH, heads=2048 // d,
+                                          impls=("tilebook", "sdpa_cudnn"), **TIMING)  # fmt: skip
+        for r in rows:
+            r["kernel"] = f"{r['kernel']} {r['mask']}"
+        out["head_dims"] = rows
+        save()
+        print(table(rows))
+        return 0
     if args.tune:
         out["sweep"], best = sweep(args.budget, args.kernels.split(","), args.first)
         out["winners"] = install(best)

@@ -29,9 +29,12 @@ from typing import Any
 import torch
 
 import tilebook
+from tilebook._launch import PLANS, call_key
 from tilebook.course.bench import measure
 from tilebook.course.experiments import matmul as experiment
 from tilebook.ops import matmul as mm
+from tilebook.ops import matmul_hopper
+from tilebook.ops.matmul_plan import make_plan
 
 DTYPE = torch.bfloat16
 # (M, N, K): square sizes, then ragged ones: aligned rows (TMA path), odd rows (staged).
@@ -124,19 +127,20 @@ def launch_costs(size: int = 2048) -> str:
     for _ in range(3):
         mm.matmul(a, b)
     c = torch.empty(size, size, device="cuda", dtype=DTYPE)
-    runner, _ = mm._RUNNERS[mm._call_key("matmul", a, b, None, "none", "auto")]
-    kw, grid, _ = mm._PICKED[("tma", size, size, size, DTYPE, False, False, False, "none")]
-    jit_args = runner.args(a, b, c, None)  # the runtime arguments; kw holds the rest
+    # The plan the calls made (tilebook.ops.matmul_plan), under the key matmul gave it.
+    plan = PLANS[call_key(a, b, None, make_plan, "none", "auto", False)]
+    kernel = mm.matmul_tma_kernel if plan.kind == "tma" else mm.matmul_kernel
+    step, jit_args = plan.step, plan.args(a, b, c, None)  # jit_args: the runtime arguments
     routes = {
         "tilebook.matmul (checks, output, launch)": lambda: mm.matmul(a, b),
-        "cached runner only (output given)": lambda: runner(a, b, c, None),
-        "JIT: matmul_tma_kernel[grid](...)": lambda: mm.matmul_tma_kernel[grid](*jit_args, **kw),
+        "its plan only (output, launch)": lambda: plan(a, b, None),
+        f"JIT: {kernel.__name__}[grid](...)": lambda: kernel[step.grid](*jit_args, **step.meta),
         "torch.empty_like(c)": lambda: torch.empty_like(c),
         "torch.matmul": lambda: torch.matmul(a, b),
     }
-    launcher = type(runner.launch).__name__
+    launcher = "compiled kernel" if plan.fast is not None else "tilebook._launch.launch"
     dtype = str(DTYPE).removeprefix("torch.")
-    lines = [f"host us per call, {dtype} {size}^3 (runner launches via {launcher}):"]
+    lines = [f"host us per call, {dtype} {size}^3 ({plan.kind} plan launches its {launcher}):"]
     for name, fn in routes.items():
         host, wall = host_time(fn, n=500)
         lines.append(f"  {name:<42} host {host:6.1f}  wall {wall:6.1f}")
@@ -145,7 +149,8 @@ def launch_costs(size: int = 2048) -> str:
 
 # ------------------------------------------------------------------------- the sweep
 # Fixed configurations, launched directly (no autotuner), on the square sizes and on
-# linear_act's headline shape.  This is where the config lists in ops/matmul.py come from.
+# linear_act's headline shape.  This is where the config lists in ops/matmul_kernels.py
+# and ops/matmul_hopper.py come from.
 
 
 def _tma(bm, bn, bk, w, s, flat=True, persistent=True, ctas=1, maxnreg=None, group=8) -> dict:
@@ -251,7 +256,7 @@ def _launch_fixed(v: dict, a, b, c, bias, act: str) -> None:
             **common,
         )
         return
-    a_t, b_t = mm._tma_layout(a), mm._tma_layout(b)
+    a_t, b_t = mm.tma_layout(a), mm.tma_layout(b)
     bm, bn, bk = v["bm"], v["bn"], v["bk"]
     a_src = a.t() if a_t else a
     b_src = b.t() if b_t else b
@@ -263,7 +268,7 @@ def _launch_fixed(v: dict, a, b, c, bias, act: str) -> None:
     )
     c_desc = TensorDescriptor(c, [M, N], list(c.stride()), [bm, bn // 2 if v["split"] else bn])
     tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
-    n_prog = min(mm._grid_sms(a.device) * v["ctas"], tiles) if v["persistent"] else tiles
+    n_prog = min(matmul_hopper.grid_sms(a.device) * v["ctas"], tiles) if v["persistent"] else tiles
     mm.matmul_tma_kernel[(n_prog,)](
         a_desc,
         b_desc,

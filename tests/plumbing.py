@@ -9,8 +9,9 @@ name, so that ``tilebook.claims`` and ``tilebook.course.claims`` both count), on
 :data:`PLUMBING_CALLS` from elsewhere, or a variable that an earlier plumbing statement
 bound from a plumbing module's name (``costs = Claims(...)`` makes ``costs.check(...)``
 plumbing; the data a record call returns is not).  A function
-defined at the top level is plumbing when every statement of its body is.  Imports are
-code lines of neither kind.
+defined at the top level is plumbing when every statement of its body is, and a
+top-level literal (a dict of claims, a table's columns, a template) that only plumbing
+reads is plumbing, wherever it is bound.  Imports are code lines of neither kind.
 
     python tests/plumbing.py            # the table, one row per lesson
 """
@@ -122,7 +123,26 @@ def measure(path: Path) -> Share:
     for stmt in tree.body:
         if not _docstring(stmt):
             visit(stmt)
+    # A literal (a dict of claims, a table's columns, a sentence's template) that only
+    # plumbing reads is plumbing too, bound apart or not.
+    loads = [(n.id, n.lineno) for n in ast.walk(tree)
+             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]  # fmt: skip
+    specs = [s for s in tree.body if isinstance(s, (ast.Assign, ast.AnnAssign))
+             and isinstance(s.value, _LITERALS) and not lines_of(s) <= plumbing]  # fmt: skip
+    changed = True
+    while changed:
+        changed = False
+        for stmt in specs:
+            names = _bound(stmt)
+            uses = [line for name, line in loads if name in names and line > stmt.end_lineno]
+            if uses and all(line in plumbing for line in uses) and not lines_of(stmt) <= plumbing:
+                plumbing.update(lines_of(stmt))
+                changed = True
     return Share(path.stem, len(code), len(plumbing))
+
+
+_LITERALS = (ast.Dict, ast.List, ast.Tuple, ast.Set, ast.Constant, ast.JoinedStr, ast.DictComp,
+             ast.ListComp, ast.SetComp, ast.Lambda)  # fmt: skip
 
 
 def _docstring(stmt: ast.stmt) -> bool:

@@ -11,8 +11,11 @@ import torch
 from test_flash_attention import check_against_reference, make_qkv, reference, rel_err
 
 import tilebook
+from tilebook import _launch
 from tilebook.ops import attention_hopper as ah
+from tilebook.ops import attention_launch
 from tilebook.ops import flash_attention as fa
+from tilebook.ops.attention_masks import mask_for
 
 DEV = tilebook.device()
 
@@ -74,30 +77,29 @@ def test_forward_launches_the_kernel_compile_ahead_compiles():
 
 
 @needs_gluon
-def test_the_call_memo_replays_the_gluon_launch_with_the_same_arguments():
-    # fa._call_replay starts the remembered Gluon launch again: with arguments laid
-    # out exactly as the first launch's (descriptors, scale, sizes, mask bounds).
+def test_a_plan_starts_the_gluon_launch_again_with_the_same_arguments(monkeypatch):
+    # A flash_attention call's plan (tilebook.ops.attention_launch.FwdPlan) starts its
+    # Gluon step again with arguments laid out exactly as forward's first launch
+    # (descriptors, scale, sizes, mask bounds), and its kernel, grid and constexprs.
     q, k, v = make_qkv(2, 4, 2, 300, 433, 128, dtype=torch.bfloat16)
     q = q.transpose(1, 2).contiguous().transpose(1, 2)  # strided, read in place
     o, lse = torch.empty_like(q.contiguous()), torch.empty(2, 4, 300)
-    mask = fa._mask_for(True, (50, None), 300, 433)
+    mask = mask_for(True, (50, None), 300, 433)
     first, again = [], []
-    layouts = fa._views((t.shape, t.stride()) for t in (q, k, v, o))
-    ah.forward(lambda kernel, grid, *a, **m: first.append(a), q, k, v, o, lse, layouts, 0.1,
-               mask.left, mask.right, mask.band)  # fmt: skip
-
-    def launched(*args):
-        again.append(args)
-        return True
-
-    replay = fa._call_replay(("gluon", launched), q, k, v, mask, None)
-    o2, lse2 = replay(q, k, v, 0.1)
-    (a,), (b,) = first, again
+    layouts = attention_launch.views((t.shape, t.stride()) for t in (q, k, v, o))
+    ah.forward(lambda *a, **m: first.append((a, m)), q, k, v, o, lse, layouts, 0.1, mask.left,
+               mask.right, mask.band)  # fmt: skip
+    monkeypatch.setattr(ah, "usable", lambda q, k, documents: True)
+    monkeypatch.setattr(_launch.Step, "__call__", lambda step, *a: again.append((step, a)) or True)
+    plan = attention_launch.FwdPlan(q, k, v, mask, {}, False)
+    o2, lse2 = attention_launch.forward(plan, q, k, v, None, 0.1)
+    ((kernel, grid, *a), meta), (step, b) = first[0], again[0]
+    assert (step._kernel, step.grid, step.meta) == (kernel, grid, meta)
     assert len(a) == len(b) and b[4] is lse2 and b[3].base is o2
     for x, y in zip(a[:4], b[:4], strict=True):
         assert (x.shape, x.strides, x.block_shape, x.layout) == (
             y.shape, y.strides, y.block_shape, y.layout)  # fmt: skip
-    assert a[5:] == b[5:]
+    assert tuple(a[5:]) == b[5:]
 
 
 @needs_gluon
@@ -119,7 +121,7 @@ def test_a_failing_gluon_forward_falls_back_to_the_triton_one(monkeypatch):
     monkeypatch.setattr(
         ah, "forward", lambda launch, *a, **k: real_forward(failing_launch, *a, **k)
     )
-    mask = fa._mask_for(True, None, 40, 40)
+    mask = mask_for(True, None, 40, 40)
     cfg = fa.pick_configs(64, q.dtype, True, q.device)["fwd"]
     kw = {"sm_scale": 0.125, "mask": mask, "document_ids": None, "config": cfg}
     with pytest.warns(RuntimeWarning, match="Gluon flash-attention forward failed"):
@@ -147,7 +149,7 @@ def test_asking_for_gluon_where_it_does_not_apply_is_an_error():
         pytest.skip("applies on this GPU")
     dtype = torch.bfloat16 if tilebook.is_gpu() else torch.float32
     q, k, v = make_qkv(1, 2, 1, 64, 64, 64, dtype=dtype)
-    mask = fa._mask_for(False, None, 64, 64)
+    mask = mask_for(False, None, 64, 64)
     with pytest.raises(ValueError, match="sm_90"):
         fa.attention_forward(q, k, v, sm_scale=0.125, mask=mask, document_ids=None,
                              config=fa.pick_configs(64, q.dtype, False, q.device)["fwd"],
@@ -177,7 +179,7 @@ def test_gpu_gluon_forward_agrees_with_the_triton_forward(case, D, dtype):
     B, H, Hkv, Nq, Nk, mask = case
     q, k, v = make_qkv(B, H, Hkv, Nq, Nk, D, dtype=dtype)
     q = q.transpose(1, 2).contiguous().transpose(1, 2)  # a (B, N, H, D) layout, in place
-    m = fa._mask_for(mask.get("causal", False), mask.get("window"), Nq, Nk)
+    m = mask_for(mask.get("causal", False), mask.get("window"), Nq, Nk)
     cfg = fa.pick_configs(D, dtype, m.band, q.device)["fwd"]
     kw = {"sm_scale": D**-0.5, "mask": m, "document_ids": None, "config": cfg}
     o_g, lse_g = fa.attention_forward(q, k, v, gluon=True, **kw)
@@ -205,7 +207,7 @@ def test_gpu_flash_attention_takes_the_gluon_forward(monkeypatch):
         return real(*args, **kw)
 
     monkeypatch.setattr(ah, "forward", counting)
-    fa._CALLS.clear()
+    _launch.PLANS.clear()  # a plan of an earlier call would not ask forward
     q, k, v = make_qkv(1, 4, 2, 500, 500, 128, dtype=torch.bfloat16)
     check_against_reference(q, k, v, causal=True)
     assert calls, "flash_attention did not take the Gluon forward on an sm_90 GPU"

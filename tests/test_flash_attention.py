@@ -12,8 +12,9 @@ import torch
 
 import tilebook
 from tilebook import _launch
-from tilebook.ops import attention_hopper
+from tilebook.ops import attention_configs
 from tilebook.ops import flash_attention as fa
+from tilebook.ops.attention_launch import descriptor, tma_ready
 
 DEV = tilebook.device()
 # Norm-wise relative error against float64.  fp32: exact dots under the interpreter.
@@ -158,6 +159,15 @@ def test_document_ranges_cover_every_visible_key():
                         assert (rows == ids[b, j]).all()
 
 
+@pytest.fixture
+def fresh_plans():
+    """No plan of an earlier call, before and after: a call planned under other tiles
+    (or with the launch watched) would be taken as it was."""
+    _launch.PLANS.clear()
+    yield _launch.PLANS
+    _launch.PLANS.clear()
+
+
 # The interpreter's tiles, swapped for shapes that stress the tile-range arithmetic:
 # a query tile larger and smaller than a key tile, and one of equal size.
 TILINGS = [
@@ -175,8 +185,8 @@ TILINGS = [
     [{"causal": True}, {"window": (20, 3)}, {"causal": True, "window": (5, None)}, {}],
     ids=str,
 )
-def test_other_tilings(tiling, mask, monkeypatch):
-    monkeypatch.setattr(fa, "_INTERPRETER", TILINGS[tiling])
+def test_other_tilings(tiling, mask, monkeypatch, fresh_plans):
+    monkeypatch.setattr(attention_configs, "INTERPRETER", TILINGS[tiling])
     q, k, v = make_qkv(1, 2, 1, 70, 51, 32)
     check_against_reference(q, k, v, **mask)
     docs = _sorted_documents(1, 51)
@@ -215,12 +225,12 @@ def test_strided_inputs():
     # (B, N, H, D) projections viewed as (B, H, N, D): read in place by the descriptors.
     qkv = torch.randn(B, N, 3, H, D, device=DEV, dtype=FLOAT)
     q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
-    assert fa._tma_ready(q) and not q.is_contiguous()
+    assert tma_ready(q) and not q.is_contiguous()
     check_against_reference(q, k, v, causal=True)
     # A head dim cut out of a wider one, rows 16-byte misaligned: copied first.
     wide = torch.randn(1, 2, 30, 37, device=DEV, dtype=FLOAT)
     q = wide[..., 1:33]
-    assert not fa._tma_ready(q)
+    assert not tma_ready(q)
     k, v = (torch.randn(1, 2, 19, 32, device=DEV, dtype=FLOAT) for _ in range(2))
     check_against_reference(q, k, v)
 
@@ -261,7 +271,12 @@ def test_bad_inputs():
     _err(ValueError, "batch", q, torch.cat([k, k]), torch.cat([v, v]))
     _err(TypeError, "same dtype", q, k.half(), v.half())
     _err(TypeError, "dtype", q.int(), k.int(), v.int())
-    _err(ValueError, "head dim 48 is not supported", *make_qkv(1, 2, 2, 8, 8, 48))
+    _err(
+        ValueError,
+        "head dim 50 is not supported; supported: multiples of 8",
+        *make_qkv(1, 2, 2, 8, 8, 50),
+    )
+    _err(ValueError, "head dim 264 is not supported", *make_qkv(1, 2, 2, 8, 8, 264))
     meta = torch.empty(1, 4, 8, 32, device="meta")
     _err(ValueError, "device|on meta", meta, k, v)
     _err(TypeError, "causal must be a bool", q, k, v, causal=1)
@@ -278,6 +293,13 @@ def test_bad_inputs():
     _err(ValueError, "shape", q, k, v, document_ids=ids[:, :5])
     _err(ValueError, "dimensions", q, k, v, document_ids=ids[0])
     _err(ValueError, "as many queries as keys", q, k[:, :, :5], v[:, :, :5], document_ids=ids)
+    # After calls that were planned and kept, arguments of the same layout still get
+    # their errors: a bool bound, and ids of another dtype.
+    fa.flash_attention(q, k, v, window=(1, 2))
+    _err(TypeError, "left bound", q, k, v, window=(True, 2))
+    fa.flash_attention(q, q, q, document_ids=ids)
+    _err(TypeError, "document_ids", q, q, q, document_ids=ids.bool())
+    _err(TypeError, "causal must be a bool", q, q, q, causal=0, document_ids=ids)
     _err(TypeError, "must be a torch.Tensor", q, k, v, document_ids=[0] * 8)
 
 
@@ -353,11 +375,10 @@ def test_gpu_other_device_index():
     assert rel_err(out, reference(q, k, v, causal=True)) < TOL[torch.bfloat16]
 
 
-def test_repeat_calls_agree_with_fresh_ones():
-    # On a GPU the second launch of a kind starts the binary the first compiled
-    # (fa._LAUNCHES); each call brings new data, and must still be right.  Elsewhere
-    # nothing is remembered.  Grad and no-grad calls, a mask, and a strided q.
-    fa._LAUNCHES.clear()
+def test_repeat_calls_agree_with_fresh_ones(fresh_plans):
+    # A call of a kind seen before takes that call's plan (tilebook._launch.PLANS), on a
+    # GPU with the binaries it compiled; each call brings new data, and must still be
+    # right.  Grad and no-grad calls, a mask, and a strided q.
     dtype = FLOAT
     sizes = []
     for step in range(3):
@@ -369,19 +390,13 @@ def test_repeat_calls_agree_with_fresh_ones():
         want = reference(q.double(), k.double(), v.double(), causal=True)
         assert rel_err(out, want) < TOL[dtype]
         check_against_reference(q, k, v, window=(20, 5))
-        sizes.append(len(fa._LAUNCHES))
-    if tilebook.is_gpu() and attention_hopper.usable(q, k, documents=False):
-        # dK/dV and dQ, twice; the forwards are Gluon's (launch's own cache keeps them)
-        assert sizes == [2, 2, 4]
-    elif tilebook.is_gpu():
-        # two forwards, dK/dV and dQ; the same again for the strided q
-        assert sizes == [4, 4, 8]
-    else:
-        assert sizes == [0, 0, 0]
+        sizes.append(len(fresh_plans))
+    # one plan per kind (causal; the window, with a backward), two more for the strided q
+    assert sizes == [2, 2, 4]
 
 
 def test_launch_key_is_finer_than_tritons_specialisation():
-    """Arguments that share a key of fa._LAUNCHES (tilebook._launch's launch key) must
+    """Arguments that share a launch key (tilebook._launch.launch_key) must
     be ones Triton compiles alike (asked of Triton's own specialisation function, for
     every pair of sample descriptors, ints, floats and tensors)."""
     key = _launch._arg_key
@@ -396,7 +411,7 @@ def test_launch_key_is_finer_than_tritons_specialisation():
 
     base = torch.empty(2, 4, 64, 64, dtype=torch.bfloat16, device=DEV)
     views = [base, base[:, :, :32], base.transpose(1, 2), base.half(), base[:1]]
-    samples = [fa._descriptor(t, rows) for t in views for rows in (16, 32)]
+    samples = [descriptor(t, rows) for t in views for rows in (16, 32)]
     samples += [0, 1, 16, 17, 2**31 + 16, -3, 0.5, 1.0, base[0, 0], base[0, 0, 0, 1:]]
     for i, a in enumerate(samples):
         for b in samples[i + 1 :]:
@@ -404,57 +419,72 @@ def test_launch_key_is_finer_than_tritons_specialisation():
                 assert triton_says(a) == triton_says(b), (a, b)
     # ...and not so fine that two tensors laid out alike never share a launch.
     other = torch.empty_like(base)
-    assert key(fa._descriptor(base, 16)) == key(fa._descriptor(other, 16))
+    assert key(descriptor(base, 16)) == key(descriptor(other, 16))
 
 
-class _Counting:
-    """Wraps a remembered replay: counts the calls it is asked for."""
+class _Watch:
+    """Launches through tilebook._launch, counted: ``anew`` for those that go through
+    Triton's launch (a first call compiles there), ``again`` for the starts of a kept
+    kernel.  On the CPU, where no kernel is kept, a step that launched once starts
+    again by running its kernel in the interpreter, as a GPU starts the kept binary."""
 
-    def __init__(self, replay):
-        self.replay, self.calls = replay, 0
+    def __init__(self, monkeypatch):
+        self.anew, self.again, self.refuse = [], [], False
+        self.launched = {}
+        real_launch, real_call = _launch.launch, _launch.Step.__call__
 
-    def __call__(self, *args):
-        self.calls += 1
-        return self.replay(*args)
+        def launch(kernel, grid, *args, **meta):
+            self.anew.append(kernel)
+            return real_launch(kernel, grid, *args, **meta)
+
+        def call(step, *args):
+            if self.refuse:
+                kept = False
+            elif not tilebook.is_interpreter():
+                kept = real_call(step, *args)
+            elif id(step) not in self.launched:
+                kept = False
+            else:
+                step._kernel[step.grid](*args, **step.meta)
+                kept = True
+            if kept:
+                self.again.append(step._kernel)
+            return kept
+
+        def anew(step, *args):
+            self.launched[id(step)] = step  # kept alive: no later step takes its id
+            return real_anew(step, *args)
+
+        real_anew = _launch.Step.anew
+        monkeypatch.setattr(_launch, "launch", launch)
+        monkeypatch.setattr(_launch.Step, "__call__", call)
+        monkeypatch.setattr(_launch.Step, "anew", anew)
+
+    def counts(self) -> tuple[int, int]:
+        return len(self.anew), len(self.again)
 
 
-def test_repeat_calls_replay_the_remembered_forward_and_backward(monkeypatch):
-    # The call memo (fa._CALLS) on the CPU: a stand-in for launch() runs the kernel
-    # through the interpreter and hands back a relaunch, as a GPU's launch does, so
-    # the replays' arguments meet the real kernels.
-    def launch(kernel, grid, *args, **meta):
-        kernel[grid](*args, **meta)
-
-        def again(*a):
-            kernel[grid](*a, **meta)
-            return True
-
-        return again
-
-    monkeypatch.setattr(fa, "launch", launch)
-    monkeypatch.setattr(fa, "_CALLS", _launch.Memo())
+def test_repeat_calls_start_the_kept_launches(monkeypatch, fresh_plans):
+    """A repeat call goes through Triton's launch no more: its forward, and from its
+    second backward on its backward, start the kernels kept by the first call's plan,
+    with new tensors and scales, and give the right answers.  Calls of another kind
+    (a window, documents, an int scale, another layout, causal off) and a dO that is not
+    contiguous are planned on their own; bad arguments still raise."""
+    # D=32: the Triton forward on every GPU (the Gluon one takes 64 and 128).
+    watch = _Watch(monkeypatch)
     q, k, v = make_qkv(1, 4, 2, 40, 56, 32)
-    fa.flash_attention(q, k, v, causal=True)  # the first call: checked, launched, remembered
-    (key,) = fa._CALLS
-    assert key == fa._call_key(q, k, v, True)
-    call = fa._CALLS[key]
-    forward = call.forward = _Counting(call.forward)
-    assert call.backward is None
+    fa.flash_attention(q, k, v, causal=True)  # the first call: checked, planned, launched
+    assert watch.counts() == (1, 0)
     for step, scale in enumerate((None, 0.2, None)):  # new tensors each time
         q, k, v = make_qkv(1, 4, 2, 40, 56, 32)
         out = fa.flash_attention(q, k, v, causal=True, scale=scale)
         want = reference(q, k, v, causal=True, scale=scale)
         assert rel_err(out, want) < TOL[FLOAT]
-        # with grad: the forward replay, and from the second step the backward's
+        # with grad: the kept forward; the backward's three kernels anew the first time
         check_against_reference(q, k, v, causal=True, scale=scale)
-        assert forward.calls == 2 * step + 2
-        if step == 0:
-            assert call.backward is not None
-            backward = call.backward = _Counting(call.backward)
-        else:
-            assert backward.calls == step
-    # Calls of another kind are not asked: a window, documents, an int scale, another
-    # layout, causal off.
+        assert watch.counts() == (4, 2 * step + 2 + 3 * step)
+    assert set(watch.again) == {fa._fwd_kernel, fa._bwd_dkdv_kernel, fa._bwd_dq_kernel,
+                                fa._bwd_preprocess_kernel}  # fmt: skip
     docs = torch.zeros(1, 40, dtype=torch.int32, device=DEV)
     q2 = q.transpose(2, 3).contiguous().transpose(2, 3)  # D no longer contiguous
     for args, extra in (
@@ -464,9 +494,11 @@ def test_repeat_calls_replay_the_remembered_forward_and_backward(monkeypatch):
         ((q2, k, v), {"causal": True}),
         ((q, k, v), {"causal": False}),
     ):
+        before = watch.counts()
         check_against_reference(*args, **extra)
-    assert (forward.calls, backward.calls) == (6, 2)
-    # A dO that is not contiguous: the backward's ordinary path.
+        assert watch.counts()[0] == before[0] + 4, extra  # a forward and a backward, planned
+    # A dO that is not contiguous: the backward is planned for it, the forward kept.
+    before = watch.counts()
     qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
     out = fa.flash_attention(qg, kg, vg, causal=True)
     dout = torch.randn(1, 4, 32, 40, device=DEV, dtype=FLOAT).transpose(2, 3)
@@ -476,17 +508,18 @@ def test_repeat_calls_replay_the_remembered_forward_and_backward(monkeypatch):
         reference(q64, k64, v64, causal=True), (q64, k64, v64), dout.double()
     )
     assert all(rel_err(g, w) < TOL[FLOAT] for g, w in zip(got, want, strict=True))
-    assert (forward.calls, backward.calls) == (7, 2)
-    # Bad arguments on a remembered kind still raise.
+    assert watch.counts() == (before[0] + 3, before[1] + 1)
+    # Bad arguments on a kept kind still raise.
     with pytest.raises(ValueError, match="scale"):
         fa.flash_attention(q, k, v, causal=True, scale=-1.0)
     with pytest.raises(TypeError, match="causal"):
         fa.flash_attention(q, k, v, causal=1)
-    # Replays that decline (another specialisation of an output): the ordinary paths.
-    call.forward = lambda *a: None
+    # Kept kernels that decline (a hook listens, another device is current): launched
+    # through Triton again, with the right answers.
+    watch.refuse = True
+    before = watch.counts()
     check_against_reference(q, k, v, causal=True)
-    call.forward, call.backward = forward, lambda *a: None
-    check_against_reference(q, k, v, causal=True)
+    assert watch.counts() == (before[0] + 4, before[1])
 
 
 def test_sm_scale_is_the_former_name_of_scale(monkeypatch):
@@ -505,3 +538,23 @@ def test_sm_scale_is_the_former_name_of_scale(monkeypatch):
         fa.flash_attention(q, k, v, scale=0.3, sm_scale=0.3)
     with pytest.raises(TypeError, match="unexpected keyword argument 'softmax_scale'"):
         fa.flash_attention(q, k, v, softmax_scale=0.3)
+
+
+@pytest.mark.parametrize("D", [8, 48, 80, 96])
+def test_head_dims_between_the_tiles_run_padded_and_exact(D):
+    """Any multiple of 8 up to 256, as FlashAttention takes: forward and gradients
+    against float64, with grouped heads, a causal window and a short query block."""
+    q, k, v = make_qkv(1, 4, 2, 24, 40, D)
+    out = check_against_reference(q, k, v, causal=True, window=(16, None))
+    assert out.shape[-1] == D and out.is_contiguous()
+    # the default scale is D's, not the padded width's
+    ref = reference(q, k, v, scale=1 / math.sqrt(D))
+    assert rel_err(fa.flash_attention(q, k, v), ref) < TOL[q.dtype]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("D", [80, 96])
+def test_gpu_head_dims_80_and_96_in_half_precision(D):
+    for dtype in (torch.float16, torch.bfloat16):
+        q, k, v = make_qkv(2, 8, 2, 300, 300, D, dtype=dtype)
+        check_against_reference(q, k, v, causal=True)

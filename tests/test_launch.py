@@ -206,8 +206,6 @@ def test_pre_run_hook_sends_calls_back_through_the_jit():
 
 @pytest.mark.gpu
 def test_repeat_calls_remember_and_stay_right():
-    from tilebook.ops import softmax as sm
-
     for _ in range(4):  # fresh tensors each time: new pointers, same specialisation
         x = torch.randn(300, 1000, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         w = torch.randn(1000, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -225,7 +223,6 @@ def test_repeat_calls_remember_and_stay_right():
             rn_ = torch.nn.functional.rms_norm(t.double(), (1000,), w.detach().double(), 1e-6)
             assert ((s.double() - rs).norm() / rs.norm()).item() < 1.6e-2
             assert ((yn.double() - rn_).norm() / rn_.norm()).item() < 1.6e-2
-    assert sm._fast_key(x.detach(), -1) in sm._FAST
     relaunchable = {key[0].__name__ for key, v in _launch._CACHE.items() if v}
     assert {"rms_norm_bwd_kernel", "rms_norm_fwd_kernel"} <= relaunchable, relaunchable
 

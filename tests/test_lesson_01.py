@@ -115,8 +115,8 @@ def test_committed_records_have_the_experiment_s_shape():
     fusion = load_record("lesson01_fusion", RECORDS_DIR)
     grid = load_record("lesson01_grid", RECORDS_DIR)
     code = load_record("lesson01_inductor", RECORDS_DIR)
-    if fusion is None and grid is None and code is None:
-        pytest.skip("lesson 01 has no GPU record yet: its GPU run records them")
+    # The page shows them without a fallback: a CPU build needs all three.
+    assert None not in (fusion, grid, code)
     assert fusion.values("log2n") == list(experiment.EXPONENTS)
     assert fusion.values("impl") == ["eager", "Triton", "torch.compile"]
     for r in fusion.rows:

@@ -187,3 +187,47 @@ def test_a_gpu_starts_programs_mostly_in_linear_order(lesson):
     first, other = by["axis 0 fastest"], by["axis 1 fastest"]
     assert first["in_order"] > 0.5 + 6 * first["chance_sd"]
     assert first["in_order"] > other["in_order"] + 6 * first["chance_sd"]
+
+
+def _records():
+    names = ("lesson02_start_order", "lesson02_specialise", "lesson02_first_call")
+    found = [load_record(name, RECORDS_DIR) for name in names]
+    if None in found:
+        pytest.skip("lesson 02's GPU records are not all committed for the records shown")
+    return found
+
+
+def test_the_page_s_claims_hold_on_its_records_and_bite(lesson):
+    from tilebook.course.claims import ClaimError, Claims
+
+    order, spec, first = _records()
+    assert Claims("02", order).check_all(experiment.start_order_claims(order)).ok
+    assert Claims("02", first).check_all(experiment.first_call_claims(first)).ok
+    said = experiment.specialisation_claims(spec, lesson.NEW, None)
+    assert len(Claims("02", spec).check_all(said).items) == len(lesson.NEW) + 1
+    flipped = {label: not new for label, new in lesson.NEW.items()}
+    with pytest.raises(ClaimError, match=r"compiles a new binary|reuses a binary"):
+        Claims("02", spec).check_all(experiment.specialisation_claims(spec, flipped, None))
+    with pytest.raises(ClaimError, match="cache holds"):  # a cache that holds fewer
+        Claims("02", spec).check_all(experiment.specialisation_claims(spec, lesson.NEW, 1))
+    # no record: the claims are shown unchecked, and the tables say why they are empty
+    assert "No GPU record" in str(experiment.start_order_table(None))
+    assert "No GPU record" in str(experiment.say_first_calls(None))
+
+
+def test_the_page_s_sentences_on_a_gpu(monkeypatch):
+    """The GPU branches of the sentences, on the committed records (a CPU cannot run
+    the lesson's GPU path, so its sentences are made here from a GPU's data)."""
+    import tilebook.runtime
+
+    order, _, first = _records()
+    monkeypatch.setattr(tilebook.runtime, "is_interpreter", lambda: False)
+    said = str(experiment.say_start_order(order.rows, order))
+    linear = order.one(numbering="axis 0 fastest")
+    assert f"Of the {linear['programs']:,} programs" in said
+    kernel = _FakeKernel({0: ["[('*fp32', 'D')]{'num_warps': 4}"]})
+    kernel.__name__ = "scale_kernel"
+    said = " ".join(str(experiment.say_binaries(kernel, first, 7)).split())
+    assert "holding 7 binaries" in said and "now holds 1 binary: the timed call's alone" in said
+    rounds = first.one(call="compile")["samples"]
+    assert f"each of its {rounds} rounds" in said

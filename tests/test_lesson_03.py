@@ -11,6 +11,7 @@ their loads the way it says.
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ import triton
 from lesson_source import LessonSource
 
 from tilebook.course.exercises import check_elementwise
+from tilebook.course.experiments import stages
 from tilebook.course.passes import compile_with_passes
 
 SCRIPT = LessonSource(3)
@@ -71,12 +73,8 @@ def test_tile_dot_kernel_matches_float64(lesson, device):
     torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-3, atol=1e-3)
 
 
-def _knobs():
-    return SCRIPT.constant("KNOBS")
-
-
 def test_the_knobs_the_lesson_lists_exist_in_triton():
-    for group, name, _ in _knobs():
+    for group, name, _ in stages.KNOBS:
         descriptor = vars(type(getattr(triton.knobs, group)))[name]
         assert isinstance(descriptor, triton.knobs.env_base), (group, name)
         assert re.fullmatch(r"TRITON_[A-Z_]+", descriptor.key), descriptor.key
@@ -112,3 +110,16 @@ def test_the_variants_differ_in_their_loads_as_the_lesson_says(lesson):
     for t in builds.values():  # the same layout in all three: width comes later
         assert re.findall(r"sizePerThread = \[(\d+)\]", t.kernel.stage("ttgir")) == ["4"]
     assert builds["hints"].passes.did("tritongpu-coalesce")
+
+
+def test_what_the_page_reads_from_a_stage():
+    ttgir = (
+        "#blocked = #ttg.blocked<{sizePerThread = [1], threadsPerWarp = [32]}>\n"
+        "#blocked1 = #ttg.blocked<{sizePerThread = [4], threadsPerWarp = [32]}>\n"
+        "%0 = ttg.local_alloc : () -> !ttg.memdesc<3x64x32xf16, #shared, #smem>\n"
+        "%1 = ttg.local_alloc : () -> !ttg.memdesc<3x32x64xf16, #shared1, #smem>\n"
+        "%2 = ttg.local_alloc : () -> !ttg.memdesc<1xi64, #shared2, #smem>\n"
+    )
+    assert stages.layouts(ttgir) == ["1", "4"]
+    build = SimpleNamespace(kernel=SimpleNamespace(stage={"ttgir": ttgir}.__getitem__))
+    assert stages.shared_buffers(build) == ([(3, 64, 32), (3, 32, 64)], 2 * 3 * 64 * 32 * 2)

@@ -418,3 +418,47 @@ def test_claims_on_compiled_code_say_where_it_was_compiled():
     claims.check("a claim that holds", True, "evidence")
     assert "compiled ahead of time for sm_90 by Triton x" in repr(claims)
     assert "compiled ahead of time" in claims._repr_html_()
+
+
+def test_claims_in_one_compact_form_are_checked_like_single_claims():
+    """The lessons' table of claims (Claims.check_all) stops on a contradicted claim, and
+    reads no data where there is none (a function of the data is not called)."""
+    from tilebook.course.claims import ClaimError, Claims, all_faster, speedup
+
+    fast = {"median_ms": 1.0, "p20_ms": 0.9, "p80_ms": 1.1}
+    slow = {"median_ms": 2.0, "p20_ms": 1.9, "p80_ms": 2.1}
+    shown = Claims("04", "data").check_all(
+        {"holds": True, "with evidence": (True, "seen"), "later": lambda: (True, "x")}
+    )
+    assert [(c.text, c.holds, c.evidence) for c in shown.items] == [
+        ("holds", True, ""), ("with evidence", True, "seen"), ("later", True, "x"),
+    ]  # fmt: skip
+    with pytest.raises(ClaimError, match="'wrong'"):
+        Claims("04", "data").check_all({"right": True, "wrong": False})
+    unread = Claims("04", None).check_all({"needs data": lambda: 1 / 0})
+    assert [c.holds for c in unread.items] == [None]
+    holds, evidence = all_faster({("a", "b"): speedup(fast, slow)})
+    assert holds and "a runs 2.000x the speed of b" in evidence
+    assert not all_faster({("a", "b"): speedup(slow, fast)})[0]
+    assert not all_faster({})[0]
+
+
+def test_a_lesson_s_own_timer_times_the_interleaved_rounds(monkeypatch):
+    """The lessons pass their do_bench call as ``timer``: each round calls it once per
+    function, in turn, and its medians make the rows (a stand-in timer, on any machine)."""
+    from tilebook.course import bench
+
+    monkeypatch.setattr(bench.runtime, "is_gpu", lambda: True)
+    calls, times = [], {"a": iter([3.0, 1.0, 2.0]), "b": iter([[5.0, 4.0, 6.0]] * 3)}
+    fns = {"a": lambda: "a", "b": lambda: "b"}
+
+    def timer(fn):
+        calls.append(fn())
+        return next(times[fn()])
+
+    rows = bench.compare(fns, rounds=3, bytes_moved=2_000_000, timer=timer)
+    assert calls == ["a", "b"] * 3
+    assert [(r["impl"], r["median_ms"]) for r in rows] == [("a", 2.0), ("b", 5.0)]
+    assert rows[0]["gbps"] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="positive time"):
+        bench.compare({"a": fns["a"]}, rounds=1, timer=lambda fn: float("nan"))

@@ -282,3 +282,20 @@ def test_paths_on_a_gpu():
     assert by["fp32 ieee"]["err"] < by["fp32 tf32"]["err"] < 5e-3
     assert by["bf16"]["err"] > 10 * by["bf16"]["err_dot"]
     assert tilebook.is_gpu()
+
+
+def test_the_lesson_times_its_own_copy_of_the_experiment_s_kernel():
+    """The lesson shows and times ``repeat_dot_kernel``; the experiment's is the same."""
+    import inspect
+    import textwrap
+
+    def body(src: str) -> list[str]:
+        src = textwrap.dedent(src)
+        (node,) = ast.parse(src[src.index("def ") :]).body
+        return [ast.dump(node.args), *(ast.unparse(s) for s in node.body)]
+
+    package = inspect.getsource(experiment.repeat_dot_kernel.fn)
+    assert body(SCRIPT.source("repeat_dot_kernel")) == body(package)
+    (call,) = [n for n in SCRIPT.nodes("measure_paths")]
+    assert "kernel=repeat_dot_kernel" in ast.unparse(call) and "timer=timed" in ast.unparse(call)
+    assert "do_bench" in SCRIPT.source("timed")

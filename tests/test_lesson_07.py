@@ -257,15 +257,17 @@ def test_explain_gap_refuses_bad_input():
 
 def test_the_lesson_attributes_the_gap_through_explain_gap():
     """One rule for every size and every record: the page's verdict and its claims
-    come from experiment.explain_gap, not from a rule of the lesson's own."""
+    come from experiment.explain_gap (through read_split), not from a rule of the
+    lesson's own."""
     calls = _calls(SCRIPT.tree)
-    assert "experiment.explain_gap" in calls and "experiment.EXPLAINS" in calls
+    assert "experiment.read_split" in calls and "experiment.EXPLAINS" in calls
+    assert "explain_gap" in _calls(ast.parse(inspect.getsource(experiment.read_split)))
 
 
-def test_every_verdict_reads_with_its_figures(tmp_path):
+def test_every_verdict_reads_with_its_figures():
     """Each kind's sentence fills from the figures the lesson passes it (say() refuses a
     missing or unused one), and states the kind's verdict and nothing else's."""
-    verdicts = SCRIPT.lift(["SAYS", "GAP", "OVERLAP", "span"], tmp_path)
+    verdicts = experiment
     from tilebook.course.prose import say
 
     assert set(verdicts.SAYS) == {"kernel", "host", "both", "neither"}
@@ -342,3 +344,43 @@ def test_exercise_2_the_checker_says_why_block_1000_fails(lesson):
     assert verdict.kinds() == {"raised"}, str(verdict)
     assert "power-of-two" in str(verdict)
     assert check_elementwise(lambda x, y: lesson.add(x, y, block_size=1024), torch.add).ok
+
+
+def test_the_split_is_read_from_the_record_and_a_wrong_record_stops_the_page():
+    import copy as copying
+
+    from tilebook.course.claims import ClaimError, Claims
+
+    sizes = load_record("lesson07_sizes", RECORDS_DIR)
+    claims = Claims("07", sizes)
+    said = str(experiment.read_split(sizes, claims))
+    split = [r for r in sizes.rows if "gpu_us" in r]
+    assert claims.ok and bool(claims.items) == bool(split)
+    assert ("costs the host" in said) == bool(split), said
+    if not split:
+        return
+    # A graph replay slower than do_bench contradicts the first claim.
+    broken = copying.deepcopy(sizes)
+    for r in broken.rows:
+        if "gpu_us" in r:
+            r["gpu_p80_us"] = 2e3 * r["p80_ms"]
+    with pytest.raises(ClaimError, match="replayed from a graph"):
+        experiment.read_split(broken, Claims("07", broken))
+
+
+def test_check_all_states_each_claim_and_stops_at_a_contradicted_one():
+    from tilebook.course.claims import ClaimError, Claims, speedup
+
+    row = {"median_ms": 1.0, "p20_ms": 0.9, "p80_ms": 1.1}
+    slow = {"median_ms": 2.0, "p20_ms": 1.9, "p80_ms": 2.1}
+    claims = Claims("07", "data").check_all(
+        {"a holds": True, "b holds": (True, "why"), "c is faster": speedup(row, slow)}
+    )
+    assert [(c.text, c.holds) for c in claims.items] == [
+        ("a holds", True),
+        ("b holds", True),
+        ("c is faster", True),
+    ]
+    assert claims.items[1].evidence == "why" and "2.000x" in claims.items[2].evidence
+    with pytest.raises(ClaimError, match="d is faster"):
+        Claims("07", "data").check_all({"d is faster": speedup(slow, row)})

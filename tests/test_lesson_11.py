@@ -283,6 +283,28 @@ def test_committed_records_hold_what_the_lesson_reads():
         assert max(r[k] for r in rec.rows for k in ("err_y", "err_dx", "err_dw")) <= tol
 
 
+def test_the_page_s_claims_hold_on_its_records_and_bite(lesson):
+    from tilebook.course.claims import ClaimError, Claims
+
+    steps, vs, acc, grid = (load_record(n, RECORDS_DIR) for n in RECORDS[1:] + RECORDS[:1])
+    tol = default_tolerance(exp.DTYPE)
+    sms = acc.provenance["sm_count"]
+    chain = {h: exp.ELEMENTS // h / lesson.grid_for(h, sms) for h in HIDDEN}
+    for record, said in [
+        (grid, exp.grid_claims(grid)),
+        (steps, exp.additions_claims(steps, HIDDEN, tol)),
+        (vs, exp.versus_claims(vs, HIDDEN, tol)),
+        (acc, exp.accumulate_claims(acc, HIDDEN, chain, WRONG, tol)),
+    ]:
+        assert Claims("11", record).check_all(said).ok
+    with pytest.raises(ClaimError, match="right to tolerance"):  # a tolerance no sum meets
+        Claims("11", steps).check_all(exp.additions_claims(steps, HIDDEN, 1e-9))
+    with pytest.raises(ClaimError, match="wrong at every width"):  # a yardstick too lax
+        Claims("11", acc).check_all(exp.accumulate_claims(acc, HIDDEN, chain, 1e9, tol))
+    table = exp.additions_table(steps, HIDDEN)
+    assert table.column("adds")[-1] == "the chunked kernels"
+
+
 def test_the_lesson_is_in_the_lesson_form():
     import sys
 

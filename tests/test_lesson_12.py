@@ -12,6 +12,7 @@ lesson calls the package's kernel is the one the package launches.
 from __future__ import annotations
 
 import ast
+import importlib
 import itertools
 import json
 import math
@@ -22,6 +23,7 @@ import pytest
 import torch
 from lesson_source import LessonSource, write_module
 
+import tilebook._launch as launching
 import tilebook.course.aot
 from tilebook.course.bench import RECORDS_DIR, Record, load_record
 from tilebook.course.experiments import flash_attention as xp
@@ -270,9 +272,10 @@ def test_what_the_lesson_calls_the_package_s_kernel_is_the_package_s(monkeypatch
     """The lesson compiles ``compile_ahead("fwd")`` as the package's forward: it must be
     the kernel that ``attention_forward`` (and so ``tilebook.flash_attention``) launches."""
     launched = []
-    real_run = fa._run
-    monkeypatch.setattr(fa, "_run", lambda kernel, *a, **k: (launched.append(kernel),
-                                                             real_run(kernel, *a, **k)))  # fmt: skip
+    real_launch = launching.launch  # the one launch of every plan's steps
+    monkeypatch.setattr(launching, "launch", lambda kernel, *a, **k: (launched.append(kernel),
+                                                                      real_launch(kernel, *a, **k))[1])  # fmt: skip
+    launching.PLANS.clear()  # a kept plan of an earlier call would launch without it
     dtype = torch.bfloat16 if tilebook.is_gpu() else torch.float32  # D 32: not Gluon's
     q, k, v = (torch.randn(1, 2, 20, 32, device=device, dtype=dtype) for _ in range(3))
     q, k, v = (t.requires_grad_() for t in (q, k, v))
@@ -285,7 +288,7 @@ def test_what_the_lesson_calls_the_package_s_kernel_is_the_package_s(monkeypatch
     )
     fa.compile_ahead("fwd", fa.CONFIGS[(90, 128, "bf16", True)]["fwd"], band=True)
     module, name = specs[0].split(":")
-    assert module == fa.__name__ and getattr(fa, name) is fa._fwd_kernel
+    assert getattr(importlib.import_module(module), name) is fa._fwd_kernel
     assert 'fa.compile_ahead("fwd"' in SCRIPT.text
     # On an H100 the package's forward is the Gluon one: the lesson lists that too.
     assert "attention_hopper.compile_ahead(128" in SCRIPT.text

@@ -9,8 +9,7 @@ import triton
 import triton.language as tl
 
 import tilebook
-from tilebook._launch import Launched
-from tilebook.ops import epilogue
+from tilebook.ops import epilogue, matmul_hopper, matmul_kernels
 from tilebook.ops import matmul as mm
 from tilebook.ops.linear_act import ACTIVATIONS, linear_act
 
@@ -28,10 +27,24 @@ REF_ACT = {
     "silu": F.silu,
 }
 needs_tma = pytest.mark.skipif(
-    not mm._tma_supported(DEV), reason="no TMA path here (needs Hopper or the interpreter)"
+    not mm.tma_supported(DEV), reason="no TMA path here (needs Hopper or the interpreter)"
 )
 # sigmoid of a large negative input overflows exp() in the interpreter's numpy: harmless.
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+
+
+@pytest.fixture
+def no_autotuning(monkeypatch):
+    """Makes the autotuners refuse to run: a call planned before must not need them."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the autotuner ran again")
+
+    def arm():
+        for tuner in (matmul_kernels.ptr_autotuned, matmul_hopper.tma_autotuned):
+            monkeypatch.setattr(tuner, "run", refuse)
+
+    return arm
 
 
 def rand(*shape, dtype=torch.float32, scale=1.0):
@@ -98,27 +111,27 @@ def test_vector_and_layouts():
 
 
 @pytest.mark.parametrize("impl", ["pointer", "tma"])
-def test_cached_runner_batched(impl):
-    if impl == "tma" and not mm._tma_supported(DEV):
+def test_planned_call_batched(impl, no_autotuning):
+    if impl == "tma" and not mm.tma_supported(DEV):
         pytest.skip("no TMA path here")
-    # From the 3rd call on, a runner launches with x and weight themselves (no views):
-    # batch dimensions, a transposed weight and new tensors each call.
+    # From the 2nd call on, the plan launches with x and weight themselves (no views)
+    # and without the autotuner: batch dimensions, a transposed weight and new tensors
+    # each call.
     for call in range(4):
+        if call == 1:
+            no_autotuning()
         x, bias = rand(2, 7, 48, dtype=torch.float16), rand(40, dtype=torch.float16)
         for w in (rand(40, 48, dtype=torch.float16), rand(48, 40, dtype=torch.float16).t()):
             out = linear_act(x, w, bias, "silu", impl=impl)
             assert_matches(out, x, w, bias, "silu")
-            if call >= 2:
-                assert mm._call_key("linear_act", x, w, bias, "silu", impl) in mm._RUNNERS
 
 
-def test_copied_input_is_not_cached():
+def test_copied_input_is_read_afresh():
     # x whose batch dimensions cannot be flattened into a view: every call copies it,
-    # so no runner (which would read x itself) may be kept.
+    # and each call's product reads its own copy (new values every call).
     for _ in range(3):
         x, w = rand(3, 40, 5).permute(0, 2, 1)[:, :, ::2], rand(24, 20)
         assert_matches(linear_act(x, w, None, "relu"), x, w, None, "relu")
-        assert mm._call_key("linear_act", x, w, None, "relu", "auto") not in mm._RUNNERS
 
 
 def test_empty_batch():
@@ -163,20 +176,26 @@ def test_bf16_gpu(m, n, k, activation):
     bias = rand(n, dtype=torch.bfloat16)
     assert_matches(linear_act(x, w, bias, activation), x, w, bias, activation)
     assert_matches(linear_act(x, w, None, activation, impl="pointer"), x, w, None, activation)
-    if mm._tma_supported(DEV) and k % 8 == 0 and n % 8 == 0:
+    if mm.tma_supported(DEV) and k % 8 == 0 and n % 8 == 0:
         assert_matches(linear_act(x, w, bias, activation, impl="tma"), x, w, bias, activation)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("impl", ["auto", "pointer"])
-def test_gpu_cached_runner_batched(impl):
+def test_gpu_planned_call_batched(impl, monkeypatch):
+    # After two calls the compiled kernel is started directly: Triton's JIT refuses.
     x, bias = rand(4, 96, 256, dtype=torch.bfloat16), rand(384, dtype=torch.bfloat16)
     w = rand(384, 256, dtype=torch.bfloat16, scale=256**-0.5)
-    for _ in range(4):
+    for call in range(4):
+        if call == 2:
+            for kernel in (mm.matmul_kernel, mm.matmul_tma_kernel):
+                monkeypatch.setattr(kernel, "run", _refuse)
         x.normal_(), w.normal_(std=256**-0.5), bias.normal_()
         assert_matches(linear_act(x, w, bias, "gelu", impl=impl), x, w, bias, "gelu")
-    runner, _ = mm._RUNNERS[mm._call_key("linear_act", x, w, bias, "gelu", impl)]
-    assert isinstance(runner.launch, Launched), runner.launch
+
+
+def _refuse(*args, **kwargs):
+    raise AssertionError("launched through Triton's JIT")
 
 
 def test_fused_epilogue_compiles_to_wgmma_for_sm90():
@@ -267,17 +286,24 @@ def test_grad_expanded_upstream_and_chain():
         assert err < 5e-3, err
 
 
-def test_no_grad_keeps_fast_path():
-    # Under no_grad, or with no input that requires grad, the result carries no graph
-    # and the call is remembered for the direct launch, as before.
+def test_no_grad_keeps_fast_path(no_autotuning):
+    # Under no_grad, or with no input that requires grad, the result carries no graph.
+    # One plan serves calls with and without grad: planned by the first calls, it
+    # needs no autotuner later, and a grad call on it still gets its graph.
     x, w = leaf(rand(4, 32)), rand(16, 32)
-    with torch.no_grad():
-        for _ in range(3):
+    want = (torch.relu(x.detach().double() @ w.double().t()) > 0).double() @ w.double()
+    for again in (False, True):
+        if again:
+            no_autotuning()
+        with torch.no_grad():
             out = linear_act(x, w, None, "relu")
-    assert not out.requires_grad and out.grad_fn is None
-    assert mm._call_key("linear_act", x, w, None, "relu", "auto") in mm._RUNNERS
-    assert linear_act(x.detach(), w, None, "relu").grad_fn is None
-    assert linear_act(x, w, None, "relu").grad_fn is not None
+        assert not out.requires_grad and out.grad_fn is None
+        assert linear_act(x.detach(), w, None, "relu").grad_fn is None
+        x.grad = None
+        out = linear_act(x, w, None, "relu")
+        assert out.grad_fn is not None
+        out.sum().backward()
+        torch.testing.assert_close(x.grad.double(), want, rtol=1e-5, atol=1e-5)
 
 
 def test_grad_path_checks_inputs():
@@ -299,7 +325,7 @@ def test_grad_bf16_gpu(m, n, k, activation):
     bias = rand(n, dtype=torch.bfloat16)
     check_grads(x, w, bias, activation)
     check_grads(x, w, None, activation, impl="pointer")
-    if mm._tma_supported(DEV) and k % 8 == 0 and n % 8 == 0:
+    if mm.tma_supported(DEV) and k % 8 == 0 and n % 8 == 0:
         check_grads(x, w, bias, activation, impl="tma")
 
 

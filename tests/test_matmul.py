@@ -1,4 +1,5 @@
-"""tilebook.ops.matmul: both kernels against a float64 reference, layouts, errors, AOT."""
+"""tilebook.ops.matmul: both kernels against a float64 reference, layouts, repeat calls,
+errors, gradients, AOT."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import pytest
 import torch
 
 import tilebook
-from tilebook._launch import Launched
+from tilebook import _launch
 from tilebook.ops import matmul as mm
+from tilebook.ops import matmul_hopper, matmul_kernels
 
 DEV = tilebook.device()
 # fp32: exact products under the interpreter, TF32 on a GPU.  fp16/bf16: output rounding.
@@ -18,10 +20,31 @@ TOL = {
     torch.float16: 3e-3,
     torch.bfloat16: 1.5e-2,
 }
-HAS_TMA = mm._tma_supported(DEV)
+HAS_TMA = mm.tma_supported(DEV)
 needs_tma = pytest.mark.skipif(
     not HAS_TMA, reason="no TMA path here (needs Hopper or the interpreter)"
 )
+
+
+@pytest.fixture
+def no_autotuning(monkeypatch):
+    """Makes the autotuners refuse to run: a call planned before must not need them
+    (it launches its pick).  Used after a first call of each kind."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the autotuner ran again")
+
+    def arm():
+        for tuner in (matmul_kernels.ptr_autotuned, matmul_hopper.tma_autotuned):
+            monkeypatch.setattr(tuner, "run", refuse)
+
+    return arm
+
+
+def _picked(kernel, m, n, k):
+    return [
+        p for p in mm.picked_configs() if (p["kernel"], p["M"], p["N"], p["K"]) == (kernel, m, n, k)
+    ]
 
 
 def rand(*shape, dtype=torch.float32):
@@ -71,13 +94,13 @@ def test_tma_stages_operands_whose_rows_are_not_aligned():
     # A and B to padded rows and writes C through a padded buffer; the second call of
     # the kind repeats that from the cached launch.
     a, b = rand(33, 29, dtype=torch.float16), rand(29, 37, dtype=torch.float16)
-    assert mm._tma_layout(a) is None and mm._tma_layout(b) is None
+    assert mm.tma_layout(a) is None and mm.tma_layout(b) is None
     for _ in range(3):
+        a, b = a.normal_(), b.normal_()
         out = mm.fused_matmul(a, b, impl="tma")
         assert out.is_contiguous() and out.stride() == (37, 1)
         assert_matches(out, a, b)
-    key = ("tma", 33, 37, 29, torch.float16, False, False, False, "none")
-    assert key in mm._PICKED, "the TMA kernel did not run"
+    assert _picked("tma", 33, 37, 29), "the TMA kernel did not run"
     # One operand aligned (read in place, transposed), the other copied; bias + GELU.
     bt = rand(40, 29, dtype=torch.float16).t()  # (29, 40): B^T rows of 29 halves
     at = rand(29, 48, dtype=torch.float16).t()  # (48, 29): A^T rows of 48 halves, aligned
@@ -95,12 +118,13 @@ def test_staging_pads_rows_to_16_bytes():
         (torch.float16, 8, 8),
     ):
         t = rand(3, cols, dtype=dtype)
-        s = mm._aligned_copy(t)
+        s = matmul_hopper.aligned_copy(t)
         assert s.shape == t.shape and s.stride() == (stride, 1) and s.data_ptr() % 16 == 0
         assert torch.equal(s, t)
     # Aligned operands are read in place, transposed ones included; offset views are not.
     base = rand(16, 24, dtype=torch.float16)
-    assert mm._aligned(base) and mm._aligned(base.t()) and not mm._aligned(base[:, 1:])
+    assert mm.tma_layout(base) is False and mm.tma_layout(base.t()) is True
+    assert mm.tma_layout(base[:, 1:]) is None
 
 
 def _layouts(m, n, k, dtype):
@@ -131,50 +155,66 @@ def test_non_contiguous(dtype):
 def test_tma_transposed_operands():
     # All four A_T / B_T combinations of the descriptor kernel.
     for name, a, b in list(_layouts(40, 48, 32, torch.float16))[:4]:
-        assert mm._tma_layout(a) is not None, name
-        assert mm._tma_layout(b) is not None, name
+        assert mm.tma_layout(a) is not None, name
+        assert mm.tma_layout(b) is not None, name
         try:
             assert_matches(mm.fused_matmul(a, b, impl="tma"), a, b)
         except AssertionError as exc:
             raise AssertionError(f"{name}: {exc}") from exc
 
 
-def test_second_call_skips_the_autotuner():
-    # The first call records the autotuner's pick; later ones launch with it directly.
+def test_second_call_skips_the_autotuner(no_autotuning):
+    # The first call reports the autotuner's pick; later ones launch it without the
+    # autotuner (which refuses to run after the first calls).
     a, b = rand(40, 24, dtype=torch.float16), rand(24, 56, dtype=torch.float16)
     impls = ["pointer", "tma"] if HAS_TMA else ["pointer"]
     for impl in impls:
+        assert_matches(mm.fused_matmul(a, b, impl=impl), a, b)
+        assert _picked(impl, 40, 56, 24), impl
+    no_autotuning()
+    for impl in impls:
         for _ in range(2):
             assert_matches(mm.fused_matmul(a, b, impl=impl), a, b)
-        assert any(key[0] == impl and key[1:4] == (40, 56, 24) for key in mm._PICKED)
 
 
 @pytest.mark.parametrize("impl", ["pointer", "tma"])
-def test_cached_runner_every_layout(impl):
+def test_planned_call_every_layout(impl, no_autotuning):
     if impl == "tma" and not HAS_TMA:
         pytest.skip("no TMA path here")
     count = 4 if impl == "tma" else 5  # the descriptor kernel takes no strided slices
-    # The 1st call of a layout autotunes, the 2nd compiles a runner through the JIT, the
-    # 3rd and 4th launch the runner, each time with new tensors that it must read.
+    # The 1st call of a layout autotunes, the 2nd launches the pick through the JIT and
+    # keeps the compiled kernel, the 3rd and 4th start it directly, each time with new
+    # tensors that it must read.
     for call in range(4):
+        if call == 1:
+            no_autotuning()
         for name, a, b in list(_layouts(40, 48, 32, torch.float16))[:count]:
             try:
                 assert_matches(mm.fused_matmul(a, b, impl=impl), a, b)
             except AssertionError as exc:
                 raise AssertionError(f"{name}: {exc}") from exc
-            if call >= 2:
-                assert mm._call_key("matmul", a, b, None, "none", impl) in mm._RUNNERS, name
 
 
-def test_cached_runner_takes_new_tensors():
+def test_planned_call_takes_new_tensors(no_autotuning):
     a, b, bias = rand(20, 32), rand(32, 24), rand(24)
-    for _ in range(4):
+    for call in range(4):
+        if call == 1:
+            no_autotuning()
         a.normal_(), b.normal_(), bias.normal_()
         a_new, b_new, bias_new = a.clone(), b.clone(), bias.clone()  # new storage each call
         out = mm.fused_matmul(a_new, b_new, bias_new, "relu")
         ref = torch.relu(a_new.double() @ b_new.double() + bias_new.double())
         assert ((out.double() - ref).norm() / ref.norm()).item() < TOL[torch.float32]
-    assert mm._call_key("matmul", a, b, bias, "relu", "auto") in mm._RUNNERS
+
+
+def test_strided_bias_is_read_as_it_is():
+    # A bias with stride 2: copied for the kernel on every call, never read in place.
+    a, b = rand(20, 32), rand(32, 24)
+    for _ in range(3):
+        bias = rand(48)[::2]
+        out = mm.fused_matmul(a, b, bias, "relu")
+        ref = torch.relu(a.double() @ b.double() + bias.double())
+        assert ((out.double() - ref).norm() / ref.norm()).item() < TOL[torch.float32]
 
 
 def test_cached_call_keeps_checks():
@@ -207,7 +247,7 @@ def test_misaligned_view_takes_its_own_path():
 
 def test_runtime_arguments_then_constexprs_fill_the_signature():
     # A relaunch passes every parameter positionally: the runtime arguments that
-    # _tma_args / _ptr_args build, then the constexprs the launch took by name.
+    # tma_args / ptr_args build, then the constexprs the launch took by name.
     from tilebook._launch import _bound
 
     t = rand(16, 16, dtype=torch.float16)
@@ -215,9 +255,9 @@ def test_runtime_arguments_then_constexprs_fill_the_signature():
     cases = [
         (
             mm.matmul_tma_kernel,
-            mm._tma_args(16, 16, 16, False, True, (16, 1), (1, 16), (16, 1), blocks),
+            matmul_hopper.tma_args(16, 16, 16, False, True, (16, 1), (1, 16), (16, 1), blocks),
         ),
-        (mm.matmul_kernel, mm._ptr_args(16, 16, 16, (16, 1), (16, 1))),
+        (mm.matmul_kernel, matmul_kernels.ptr_args(16, 16, 16, (16, 1), (16, 1), (16, 1))),
     ]
     for kernel, make in cases:
         args = make(t, t, t, None)
@@ -272,11 +312,11 @@ def test_configs_keep_dot_legal():
     for cfg in configs:
         assert cfg.kwargs["BLOCK_K"] >= 16, cfg  # tl.dot needs K tiles of at least 16
     for cfg in mm.GPU_TMA_CONFIGS:
-        assert mm._fits(cfg, 2), cfg  # every Hopper config fits in shared memory at bf16
+        assert matmul_kernels.fits(cfg, 2), cfg  # every Hopper config fits in shared memory at bf16
 
 
 def _tma_ok(a, b) -> bool:
-    return HAS_TMA and mm._tma_layout(a) is not None and mm._tma_layout(b) is not None
+    return HAS_TMA and mm.tma_layout(a) is not None and mm.tma_layout(b) is not None
 
 
 @pytest.mark.gpu
@@ -315,14 +355,21 @@ def test_bf16_gpu_large_takes_tma():
 
 
 @pytest.mark.gpu
-def test_gpu_cached_runner_launches_directly():
-    # After two calls the kernel is launched without JITFunction.run; results still match.
+def test_gpu_planned_call_launches_directly(monkeypatch):
+    # After two calls the compiled kernel is started directly: neither the autotuner
+    # nor Triton's JIT (JITFunction.run, refusing from then on) is called.
     a, b = rand(512, 256, dtype=torch.bfloat16), rand(256, 384, dtype=torch.bfloat16)
-    for _ in range(4):
+    for _ in range(2):
+        assert_matches(mm.matmul(a, b), a, b)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("launched through Triton's JIT")
+
+    for kernel in (mm.matmul_kernel, mm.matmul_tma_kernel):
+        monkeypatch.setattr(kernel, "run", refuse)
+    for _ in range(2):
         a.normal_(), b.normal_()
         assert_matches(mm.matmul(a, b), a, b)
-    runner, _ = mm._RUNNERS[mm._call_key("matmul", a, b, None, "none", "auto")]
-    assert isinstance(runner.launch, Launched), runner.launch
     with torch.cuda.stream(torch.cuda.Stream()):  # the current stream, read on every call
         out = mm.matmul(a, b)
     torch.cuda.synchronize()
@@ -445,15 +492,21 @@ def test_matmul_grad_expanded_upstream_and_chain():
         assert err < GRAD_TOL[torch.float32], err
 
 
-def test_matmul_no_grad_keeps_fast_path():
+def test_matmul_no_grad_keeps_fast_path(no_autotuning):
+    # One plan serves calls with and without grad: planned by the first calls, it
+    # needs no autotuner later, and a grad call on it still gets its graph.
     a, b = _leaf(rand(8, 16)), rand(16, 4)
-    with torch.no_grad():
-        for _ in range(3):
+    for _ in range(2):  # the 2nd time: every product (the backward's too) is planned
+        if _:
+            no_autotuning()
+        with torch.no_grad():
             out = tilebook.matmul(a, b)
-    assert out.grad_fn is None and not out.requires_grad
-    assert mm._call_key("matmul", a, b, None, "none", "auto") in mm._RUNNERS
-    # A remembered call must not hand back a graph-less result once grad is wanted.
-    assert tilebook.matmul(a, b).grad_fn is not None
+        assert out.grad_fn is None and not out.requires_grad
+        a.grad = None
+        out = tilebook.matmul(a, b)
+        assert out.grad_fn is not None
+        out.sum().backward()
+        torch.testing.assert_close(a.grad, b.sum(1).expand(8, 16))
 
 
 def test_matmul_grad_path_checks_inputs():
@@ -534,16 +587,28 @@ def tf32():
     flags.allow_tf32 = before
 
 
-def test_float32_follows_allow_tf32(tf32):
+def test_float32_follows_allow_tf32(tf32, monkeypatch):
     """TF32 only where torch.matmul would take it; the flag is part of a call's key,
-    so a remembered call does not keep the other setting."""
+    so a planned call does not keep the other setting (under the interpreter every
+    planned call goes through tilebook._launch.launch, which a spy watches)."""
+    seen, real = [], _launch.launch
+
+    def spy(kernel, grid, *args, **meta):
+        seen.append(meta.get("F32_DOT"))
+        return real(kernel, grid, *args, **meta)
+
+    monkeypatch.setattr(_launch, "launch", spy)
     a, b = rand(8, 16), rand(16, 8)
-    for allowed, want in ((False, "ieee"), (True, "tf32")):
+    for allowed, want in ((False, "ieee"), (True, "tf32"), (False, "ieee")):
         tf32(allowed)
         assert mm.f32_dot(torch.float32) == want
         assert mm.f32_dot(torch.bfloat16) == "tf32"  # 16-bit operands: the flag is moot
-        assert mm._call_key("matmul", a, b, None, "none", "auto")[-1] is allowed
-        assert_matches(mm.matmul(a, b), a, b)
+        seen.clear()
+        for _ in range(2):
+            assert_matches(mm.matmul(a, b), a, b)
+        assert want in {p["kwargs"]["F32_DOT"] for p in _picked("pointer", 8, 8, 16)}
+        if tilebook.is_interpreter():
+            assert seen and set(seen) == {want}, seen
 
 
 @pytest.mark.gpu

@@ -3,7 +3,7 @@
 Issue 28 sets at most 15% of a lesson's code lines for claims, sentences made from
 data, record handling, tables and widget wiring.  Most lessons are above it today, so
 the test holds each at its ceiling below (the share measured when the ceiling was
-set, rounded up): plumbing may shrink, never grow.  Lower a ceiling when a lesson
+set, rounded up; a literal that only plumbing reads counts since session 18): plumbing may shrink, never grow.  Lower a ceiling when a lesson
 sheds plumbing; the aim is :data:`TARGET` for all.
 """
 
@@ -16,20 +16,20 @@ import pytest
 
 TARGET = 0.15
 CEILING = {
-    "01_why_triton": 0.48,
-    "02_programs_and_grid": 0.48,
-    "03_python_to_ptx": 0.43,
-    "04_pointers_masks_strides": 0.36,
-    "05_dot_and_tensor_cores": 0.39,
-    "06_reductions_online_softmax": 0.35,
-    "07_vector_add": 0.55,  # the reader review of 623e0b6 asked for one more sentence
+    "01_why_triton": 0.61,
+    "02_programs_and_grid": 0.14,
+    "03_python_to_ptx": 0.03,
+    "04_pointers_masks_strides": 0.16,
+    "05_dot_and_tensor_cores": 0.30,
+    "06_reductions_online_softmax": 0.34,
+    "07_vector_add": 0.49,
     "08_linear_act": 0.34,
-    "09_matmul": 0.26,
-    "10_softmax": 0.21,
-    "11_rms_norm": 0.41,
+    "09_matmul": 0.27,
+    "10_softmax": 0.23,
+    "11_rms_norm": 0.07,
     "12_flash_attention": TARGET,
-    "13_autotune_pipelining_pitfalls": 0.27,
-    "14_autograd_profiling": 0.26,
+    "13_autotune_pipelining_pitfalls": 0.30,
+    "14_autograd_profiling": 0.30,
 }
 SHARES = {p.stem: plumbing.measure(p) for p in plumbing.lessons()}
 
@@ -74,11 +74,22 @@ def test_the_measure_tells_plumbing_from_the_lesson(tmp_path):
 
         def helper():
             return say("x")
+
+
+        SAID = {"y is two": True,
+                "z is four": False}
+        SIZES = (1, 2)
+        c.check_all(SAID)
+        sizes = [s * 2 for s in SIZES]
+        say("{s}", s=SIZES)
     ''')
     )
     got = plumbing.measure(script)
-    # code: import x4, x, y, rec, z, c, check x2, if, say, def, return = 15
-    assert got.code == 15
+    # code: import x4, x, y, rec, z, c, check x2, if, say, def, return = 15, and
+    # SAID x2, SIZES, check_all, sizes, say = 21
+    assert got.code == 21
     # plumbing: rec (a record call), c, check x2, the if (its body is plumbing), say,
-    # the def and its return; not z, which only uses the record's data
-    assert got.plumbing == 8
+    # the def and its return; not z, which only uses the record's data; then SAID
+    # (a literal only plumbing reads), check_all and say, but not SIZES, which the
+    # lesson's own code reads too
+    assert got.plumbing == 8 + 4

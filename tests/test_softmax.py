@@ -340,29 +340,48 @@ def test_kernels_compile_for_sm90():
         assert not k.spill_loads_bytes, k.ptxas_log
 
 
-def test_repeat_calls_agree_with_the_first(device):
-    # On a GPU (Triton 3.6) the second call of a kind takes the remembered launch;
-    # elsewhere nothing is remembered.  Either way every call must be right.
-    sm._FAST.clear()
-    x = torch.randn(48, 1000, device=device, dtype=torch.float16)
-    torch.testing.assert_close(
-        sm.softmax(x).float(), torch.softmax(x.float(), -1), atol=2e-3, rtol=0
-    )
-    remembered = 1 if tilebook.is_gpu() else 0
-    assert len(sm._FAST) == remembered
-    for _ in range(2):
-        x2 = torch.randn_like(x) * 3
-        y2 = sm.softmax(x2)
-        assert y2.shape == x2.shape and y2.dtype == x2.dtype
-        torch.testing.assert_close(y2.float(), torch.softmax(x2.float(), -1), atol=2e-3, rtol=0)
-    # A tensor that needs autograd still gets a graph; bad dims still raise.
-    x3 = x2.clone().requires_grad_()
-    assert sm.softmax(x3).grad_fn is not None
-    with pytest.raises(TypeError):
-        sm.softmax(x2, True)
-    # Same shape, other strides (a transposed view): not the remembered launch.
-    xt = torch.randn(1000, 48, device=device, dtype=torch.float16).t()
-    torch.testing.assert_close(
-        sm.softmax(xt).float(), torch.softmax(xt.float(), -1), atol=2e-3, rtol=0
-    )
-    assert len(sm._FAST) == remembered
+class _Planned:
+    """Counts the calls of :func:`tilebook.ops.softmax.pick_config`: each one is a call,
+    or a first backward, being planned."""
+
+    def __init__(self, monkeypatch):
+        self.fwd = self.bwd = 0
+        real = sm.pick_config
+
+        def counted(n_cols, *, backward=False):
+            self.bwd += backward
+            self.fwd += not backward
+            return real(n_cols, backward=backward)
+
+        monkeypatch.setattr(sm, "pick_config", counted)
+
+
+def test_repeat_calls_take_the_plan_and_stay_right(monkeypatch, device):
+    """The first call of a kind plans it; later ones with fresh tensors of the same
+    layout take the plan (no planning), with or without a gradient, forward and
+    backward, and are right; another layout, dim or knob is another kind."""
+    planned = _Planned(monkeypatch)
+    n = 41  # a width no other test plans first (plans outlive a test)
+    for step in range(3):
+        x = torch.randn(6, n, device=device, requires_grad=step != 1)
+        y = sm.softmax(x)
+        _assert_matches(y.detach(), x.detach())
+        if x.requires_grad:  # fresh dy, contiguous: the plan's backward after the first
+            _check_grad(x)
+    assert (planned.fwd, planned.bwd) == (1, 1)
+    # Kinds of their own: a transposed view (same shape), another dim, a stride-0 dy.
+    xt = torch.randn(n, 6, device=device).t()
+    _assert_matches(sm.softmax(xt), xt)
+    _check_grad(torch.randn(6, n, device=device), 0)
+    x = torch.randn(6, n, device=device, requires_grad=True)
+    sm.softmax(x).sum().backward()
+    torch.testing.assert_close(x.grad, torch.zeros_like(x), atol=1e-6, rtol=0)
+    assert planned.fwd == 3
+    monkeypatch.setattr(sm, "ONLINE_THRESHOLD", 32)  # a knob is part of the kind
+    _assert_matches(sm.softmax(x.detach()), x.detach())
+    assert planned.fwd == 4
+    # The checks still run for what no plan holds.
+    with pytest.raises(TypeError, match="dim must be an int"):
+        sm.softmax(x, True)
+    with pytest.raises(ValueError, match="out of range"):
+        sm.softmax(x, 2)

@@ -30,7 +30,7 @@ from tilebook.ops import attention_hopper
 from tilebook.ops.targets import TARGET_ARCHS, all_jobs
 
 #: Kernels the package launches only on Hopper (TMA and wgmma).
-HOPPER_ONLY = {"tilebook.ops.matmul:matmul_tma_kernel"}
+HOPPER_ONLY = {"tilebook.ops.matmul_hopper:matmul_tma_kernel"}
 #: Gluon kernels (sm_90 only): outside the Triton jobs here; ``tests/test_attention_hopper.py``
 #: compiles each ahead of time for sm_90 (``attention_hopper.compile_ahead``).
 GLUON = {"tilebook.ops.attention_hopper:_fwd_kernel"}
@@ -95,7 +95,7 @@ def test_every_kernel_function_is_found():
     kernels = _kernel_functions()
     assert len(kernels) >= 20
     assert kernels >= HOPPER_ONLY
-    assert "tilebook.ops.flash_attention:_bwd_dq_kernel" in kernels
+    assert "tilebook.ops.attention_bwd:_bwd_dq_kernel" in kernels
     # A Gluon kernel not listed in GLUON would be compiled by no test.
     assert _kernel_functions(gluon=True) == (GLUON if attention_hopper.available() else set())
 

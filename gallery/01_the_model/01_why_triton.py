@@ -248,21 +248,29 @@ say(
 # %%
 # Measured: bytes become time
 # ---------------------------
-# :func:`tilebook.course.experiments.why_triton.fusion` times the three ways to
-# compute the gate, eager PyTorch, our kernel and ``torch.compile`` of
-# ``swiglu_eager``, in interleaved rounds over vector lengths, after checking
-# each against float64.  The plot shows *useful* bandwidth: the least traffic
-# divided by the time, so that a method moving extra bytes shows as slow.
-# The dashed line is a plain copy of a large buffer measured in the same run,
-# the fastest any kernel moves bytes.  On a CPU the plot shows the record of a
-# GPU run, and its caption says where.
+# Each timing is one call of ``triton.testing.do_bench``: it runs the function
+# many times, empties the :term:`L2` cache before each run, and returns the
+# median time in milliseconds.
+# :func:`tilebook.course.experiments.why_triton.fusion` checks the three ways
+# to compute the gate against float64 (eager PyTorch, our kernel and
+# ``torch.compile`` of ``swiglu_eager``), then times them with ``time_ms`` in
+# interleaved rounds over vector lengths.  The plot shows *useful* bandwidth:
+# the least traffic divided by the time, so that a method moving extra bytes
+# shows as slow.  The dashed line is a plain copy of a large buffer measured in
+# the same run, the fastest any kernel moves bytes.  On a CPU the plot shows
+# the record of a GPU run, and its caption says where.
+
+
+def time_ms(fn):
+    return triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
+
 
 fusion = record_or_measure(
     "lesson01_fusion",
     "SwiGLU gate, float32: useful GB/s by length",
-    lambda: experiment.fusion(swiglu_eager, swiglu),
+    lambda: experiment.fusion(swiglu_eager, swiglu, timer=time_ms),
 )
-copy = fusion.provenance["copy_gbps"] if fusion else None
+copy = fusion.provenance["copy_gbps"]
 fig = plot_record(
     fusion,
     x="n",
@@ -281,41 +289,22 @@ fig = plot_record(
 # The same rows as a table: times, and how much faster the fused kernel is
 # than eager PyTorch beside how many more bytes eager moves.
 
-NO_RECORD = say("No GPU record of this is committed yet: run the lesson on a GPU.")
-
-
-def row(e, impl):
-    return fusion.one(log2n=e, impl=impl)
-
-
-def us(r, impl):
-    return f"{1e3 * row(r['log2n'], impl)['median_ms']:.1f}"
-
-
-def versus(r, key):
-    eager = row(r["log2n"], "eager")
-    if key == "time":
-        return f"{speedup(r, eager).ratio:.2f}x"
-    return f"{eager['traffic'] / r['traffic']:.2f}x"
-
-
-if fusion is not None:
-    exps = fusion.values("log2n")
-    shown = table(
-        [row(e, "Triton") for e in exps],
-        {
-            "n": lambda r: f"2^{r['log2n']}",
-            "eager µs": lambda r: us(r, "eager"),
-            "Triton µs": lambda r: us(r, "Triton"),
-            "compile µs": lambda r: us(r, "torch.compile"),
-            "Triton vs eager": lambda r: versus(r, "time"),
-            "eager's bytes": lambda r: versus(r, "bytes"),
-        },
-        caption=fusion.caption(),
-    )
-else:
-    shown = NO_RECORD
-shown
+IMPLS = ("eager", "Triton", "torch.compile")
+at = {
+    e: {i: fusion.one(log2n=e, impl=i) for i in IMPLS} for e in fusion.values("log2n")
+}
+table(
+    [{"e": e, **r} for e, r in at.items()],
+    {
+        "n": lambda r: f"2^{r['e']}",
+        **{f"{i} µs": lambda r, i=i: f"{1e3 * r[i]['median_ms']:.1f}" for i in IMPLS},
+        "Triton vs eager": lambda r: f"{speedup(r['Triton'], r['eager']).ratio:.2f}x",
+        "eager's bytes": lambda r: (
+            f"{r['eager']['traffic'] / r['Triton']['traffic']:.2f}x"
+        ),
+    },
+    caption=fusion.caption(),
+)
 
 # %%
 # What the data say, checked on the rows above.  *Close* means within
@@ -323,57 +312,37 @@ shown
 # :term:`spread` (p20-p80), and *faster* holds only beyond it.
 
 NEAR = 0.2
-claims = Claims("01 why Triton", fusion)
-if fusion is not None:
-    top, low = max(exps), min(exps)
-    big = {impl: row(top, impl) for impl in ("eager", "Triton", "torch.compile")}
-    vs_eager = speedup(big["Triton"], big["eager"])
-    bytes_ratio = big["eager"]["traffic"] / big["Triton"]["traffic"]
-    small = [row(low, impl) for impl in big]
-    claims.check(
-        "At the largest length the fused kernel is faster than eager PyTorch",
-        vs_eager.faster,
-        vs_eager.evidence("Triton", "eager"),
-    )
-    claims.check(
-        "There, its speed-up over eager is close to the ratio of bytes moved",
-        within(vs_eager.ratio, bytes_ratio, NEAR),
-        f"{vs_eager.ratio:.2f}x faster, {bytes_ratio:.2f}x fewer bytes",
-    )
-    claims.check(
-        "There, the fused kernel's useful bandwidth is close to the copy's",
-        big["Triton"]["gbps"] >= (1 - NEAR) * copy,
-        f"{big['Triton']['gbps'] / copy:.0%} of the copy",
-    )
-    claims.check(
-        "At the smallest length all three are far below the copy line (under half)",
-        all(r["gbps"] < copy / 2 for r in small),
-        ", ".join(f"{r['impl']} {r['gbps'] / copy:.0%}" for r in small),
-    )
-claims if fusion else NO_RECORD
+big, small = at[max(at)], at[min(at)].values()
+vs_eager = speedup(big["Triton"], big["eager"])
+bytes_ratio = big["eager"]["traffic"] / big["Triton"]["traffic"]
+Claims("01 why Triton", fusion).check_all(
+    {
+        "At the largest length the fused kernel is faster than eager PyTorch": vs_eager,
+        "There, its speed-up over eager is close to the ratio of bytes moved": (
+            within(vs_eager.ratio, bytes_ratio, NEAR),
+            f"{vs_eager.ratio:.2f}x faster, {bytes_ratio:.2f}x fewer bytes",
+        ),
+        "There, the fused kernel's useful bandwidth is close to the copy's": (
+            big["Triton"]["gbps"] >= (1 - NEAR) * copy,
+            f"{big['Triton']['gbps'] / copy:.0%} of the copy",
+        ),
+        "At the smallest length all three are far below the copy line (under half)": (
+            all(r["gbps"] < copy / 2 for r in small),
+            ", ".join(f"{r['impl']} {r['gbps'] / copy:.0%}" for r in small),
+        ),
+    }
+)
 
 # %%
+# The time follows the bytes.  ``torch.compile`` fuses the chain too:
 
-
-def standing(c):
-    return "ties with" if c.tied else "is ahead of" if c.faster else "is behind"
-
-
-if fusion is not None:
-    vs_compile = speedup(big["Triton"], big["torch.compile"])
-    shown = say(
-        "At 2^{e} elements eager PyTorch takes {te:.0f} µs and the fused kernel "
-        "{tt:.0f} µs: the time follows the bytes.  ``torch.compile`` fuses the "
-        "chain too, and there our kernel {standing} it ({ev}).",
-        e=top,
-        te=1e3 * big["eager"]["median_ms"],
-        tt=1e3 * big["Triton"]["median_ms"],
-        standing=standing(vs_compile),
-        ev=vs_compile.evidence("ours", "torch.compile's"),
-    )
-else:
-    shown = NO_RECORD
-shown
+vs_compile = speedup(big["Triton"], big["torch.compile"])
+say(
+    "At 2^{e} elements our kernel {standing} ``torch.compile``'s ({ev}).",
+    e=max(at),
+    standing=vs_compile.standing,
+    ev=vs_compile.evidence("ours", "torch.compile's"),
+)
 
 # %%
 # Why the smallest lengths stay far below the copy line (the last check above,
@@ -394,12 +363,9 @@ inductor = record_or_measure(
     "the Triton kernels torch.compile wrote for swiglu_eager",
     lambda: experiment.inductor_code(swiglu_eager),
 )
-if inductor is not None:
-    print(textwrap.fill(inductor.caption(), 79))
-    for k in inductor.rows:
-        print(experiment.kernel_text(k["source"]))
-else:
-    print("No GPU record of torch.compile's code is committed yet.")
+print(textwrap.fill(inductor.caption(), 79))
+for k in inductor.rows:
+    print(experiment.kernel_text(k["source"]))
 
 # %%
 # The decorator above ``@triton.jit`` (cut here) is Inductor's own launcher,
@@ -407,21 +373,20 @@ else:
 # wrote, in other names: ``xoffset`` is ``pid * BLOCK``, ``xmask`` our mask,
 # and the ``tmp`` values live in registers.
 
-fused = Claims("01 why Triton", inductor)
-if inductor is not None:
-    src = inductor.rows[0]["source"]
-    names = ", ".join(r["kernel"] for r in inductor.rows)
-    fused.check(
-        "torch.compile wrote a single Triton kernel for the whole chain",
-        len(inductor.rows) == 1,
-        f"{len(inductor.rows)} kernel(s): {names}",
-    )
-    fused.check(
-        "Like ours, it loads the two inputs once each and stores once, under a mask",
-        src.count("tl.load(") == 2 and src.count("tl.store(") == 1 and "xmask" in src,
-        f"{src.count('tl.load(')} loads, {src.count('tl.store(')} store",
-    )
-fused if inductor else NO_RECORD
+src = inductor.rows[0]["source"]
+loads, stores = src.count("tl.load("), src.count("tl.store(")
+Claims("01 why Triton", inductor).check_all(
+    {
+        "torch.compile wrote a single Triton kernel for the whole chain": (
+            len(inductor.rows) == 1,
+            ", ".join(r["kernel"] for r in inductor.rows),
+        ),
+        "Like ours, it loads the two inputs once each and stores once, under a mask": (
+            (loads, stores) == (2, 1) and "xmask" in src,
+            f"{loads} loads, {stores} store",
+        ),
+    }
+)
 
 # %%
 # Where Triton sits
@@ -504,18 +469,13 @@ def swiglu_on(x, y, out, programs):
 waste = record_or_measure(
     "lesson01_grid",
     "swiglu_kernel, float32: the grid it needs against one program per element",
-    lambda: experiment.grid_waste(swiglu_on, BLOCK, eager=swiglu_eager),
+    lambda: experiment.grid_waste(swiglu_on, BLOCK, eager=swiglu_eager, timer=time_ms),
 )
-wasted = Claims("01 why Triton", waste)
-if waste is not None:
-    right, per_element = waste.one(grid="cdiv(n, BLOCK)"), waste.one(grid="n")
-    cost = speedup(right, per_element)
-    wasted.check(
-        "One program per element is slower than the grid the data needs",
-        cost.faster,
-        cost.evidence("cdiv(n, BLOCK) programs", "n programs"),
-    )
-wasted if waste else NO_RECORD
+per_element = waste.one(grid="n")
+cost = speedup(waste.one(grid="cdiv(n, BLOCK)"), per_element)
+Claims("01 why Triton", waste).check_all(
+    {"One program per element is slower than the grid the data needs": cost}
+)
 
 # %%
 # The widget cuts ``N`` elements into programs by three grid rules.
@@ -523,21 +483,15 @@ wasted if waste else NO_RECORD
 # owner (drawn hatched, and exactly what the checker reported above);
 # ``N`` launches programs that own nothing.
 
-if waste is not None:
-    gpu = waste.provenance.get("gpu", "a GPU")
-    note = (
-        f"Measured at N = {per_element['n']:,} on {gpu}: "
-        f"{cost.ratio:.0f}x the time of cdiv(N, BLOCK) programs."
-    )
-    caption = waste.caption()
-else:
-    note, caption = "", "no GPU record of the cost of this grid yet"
 widget = ThreadsVsTilesExplorer(
     sizes=[1, 97, 1000, 1024, 1025, 4097, 10_000, 100_000],
     blocks=[128, 256, 512, 1024, 2048, 4096],
     num_warps=WARPS,
-    notes={"N": note},
-    caption=caption,
+    notes={
+        "N": f"Measured at N = {per_element['n']:,} on {waste.provenance['gpu']}: "
+        f"{cost.ratio:.0f}x the time of cdiv(N, BLOCK) programs."
+    },
+    caption=waste.caption(),
     initial={"n": 4097, "block": BLOCK, "grid": "cdiv(N, BLOCK)"},
 )
 missed = widget.row(4097, BLOCK, "N // BLOCK")["tail"]

@@ -33,6 +33,9 @@ the one here; :func:`tilebook.course.exercises.check` checks kernels of any shap
 # %%
 # Setting up
 # ----------
+# What the page says of its measurements (tables, sentences, claims checked
+# against the data) is made from the data by
+# :mod:`tilebook.course.experiments.programs` (``experiment`` below).
 
 import tilebook
 
@@ -44,18 +47,12 @@ from triton.errors import TritonError
 from tilebook.course.aot import compile_many
 from tilebook.course.bench import record_or_measure
 from tilebook.course.check import CorrectnessReport
-from tilebook.course.claims import Claims, speedup
+from tilebook.course.claims import Claims
 from tilebook.course.experiments import programs as experiment
-from tilebook.course.prose import say
-from tilebook.course.tables import table
 from tilebook.course.widgets_grid import GridExplorer, ownership_figure
 
 print(tilebook.banner())
 DEVICE = tilebook.device()
-
-
-def no_record():
-    return say("No GPU record of this is committed yet: run the lesson on a GPU.")
 
 
 # %%
@@ -125,16 +122,7 @@ report.assert_ok()
 # then compiles it, the first time, for the argument types and constants of
 # that call.
 
-kind = type(stamp_kernel).__name__
-say(
-    "Here ``stamp_kernel`` is {article} ``{kind}`` with arguments {args}.  On a "
-    "GPU it is a ``JITFunction``, which compiles; under the interpreter that runs this "
-    "page on a CPU, an ``InterpretedFunction``, which compiles nothing and runs "
-    "each program in turn as NumPy.",
-    article="an" if kind[0] in "AEIOU" else "a",
-    kind=kind,
-    args=", ".join(f"``{a}``" for a in stamp_kernel.arg_names),
-)
+experiment.say_kernel_kind(stamp_kernel)
 
 # %%
 # ``tl.constexpr`` marks an argument whose *value* is part of the compiled
@@ -283,72 +271,17 @@ order = record_or_measure(
     "ticket_kernel: the order in which a grid's programs took their tickets",
     lambda: here,
 )
-ORDER = {
-    "numbering": "numbering",
-    "programs": "programs",
-    "pairs in order": ("in_order", "{:.3f}"),
-    "random order": lambda r: f"0.5 ± {r['chance_sd']:.3f}",
-    "ticket = number": "same_place",
-    "median |ticket - number|": ("median_shift", "{:,.0f}"),
-}
-table(order.rows, ORDER, caption=order.caption()) if order else no_record()
+experiment.start_order_table(order)
 
 # %%
 # A fraction of pairs beyond six standard deviations of a random order's is
 # not chance (a random order gets there about once in a billion).
 
-SURE = 6
-start = Claims("02 the grid", order)
-fit = {r["numbering"]: r for r in order.rows} if order else {}
-if order:
-    first, other = fit["axis 0 fastest"], fit["axis 1 fastest"]
-    margin = SURE * first["chance_sd"]
-    start.check(
-        "Programs start mostly in the order of their linear index, beyond chance",
-        first["in_order"] > 0.5 + margin,
-        f"{first['in_order']:.3f} of pairs in order; chance stays below "
-        f"{0.5 + margin:.3f}",
-    )
-    start.check(
-        "The linear index fits the start order better than its transpose",
-        first["in_order"] > other["in_order"] + margin,
-        f"{first['in_order']:.3f} against {other['in_order']:.3f}",
-    )
-else:
-    start.check("Programs start mostly in the order of their linear index", False)
-start
+Claims("02 the grid", order).check_all(experiment.start_order_claims(order))
 
 # %%
 
-exact = [r["numbering"] for r in here if r["same_place"] == r["programs"]]
-best = max(order.rows, key=lambda r: r["in_order"]) if order else None
-if tilebook.is_interpreter():
-    gpu = "No GPU has recorded its order yet."
-    if best:
-        gpu = "The record above, of {}, has them start mostly {}{}."
-        gpu = gpu.format(
-            order.provenance.get("gpu", "a GPU"),
-            f"in the order of ``{best['numbering']}``",
-            "" if exact == [best["numbering"]] else ": not the interpreter's order",
-        )
-    shown = say(
-        "Under the interpreter, which ran this page, the {n} programs took their "
-        "tickets {how}: it runs one program at a time, in loops over the axes.  "
-        "{gpu}  A kernel must not depend on the order its programs run in.",
-        n=here[0]["programs"],
-        how=f"exactly in the order of ``{exact[0]}``" if exact else "in no fixed order",
-        gpu=gpu,
-    )
-else:
-    shown = say(
-        "Of the {n:,} programs, {same:,} took exactly the ticket of their linear "
-        "index, and half took one within {shift:,.0f} of it: programs that start "
-        "together race for the counter.",
-        n=fit["axis 0 fastest"]["programs"],
-        same=fit["axis 0 fastest"]["same_place"],
-        shift=fit["axis 0 fastest"]["median_shift"],
-    )
-shown
+experiment.say_start_order(here, order)
 
 # %%
 # Lesson 09 turns this order into a tool (programs that start together share
@@ -367,20 +300,8 @@ shown
 # checked against the kernel itself: for each of the three rules at the sizes
 # below, the map ``stamp_tiles_kernel`` writes is the explorer's.
 
-explorer = GridExplorer(
-    sizes=[8, 16, 24, 40, 64, 100],
-    tiles=[8, 16, 32],
-    caption="computed from the grid rule; checked against stamp_tiles_kernel",
-    initial={"m": 40, "n": 64, "block_m": 16, "block_n": 16, "grid": "cdiv"},
-)
-agree = CorrectnessReport("grid explorer vs the kernel's own output, per tile")
-for rule in ("cdiv", "floor", "swapped axes"):
-    for m_, n_, bm, bn in ((40, 64, 16, 16), (100, 24, 32, 8)):
-        g = GridExplorer.grid(m_, n_, bm, bn, rule)
-        got = stamp_tiles(m_, n_, bm, bn, g)[0, ::bm, ::bn]  # each tile's corner
-        want = torch.tensor(GridExplorer.owners(m_, n_, bm, bn, rule), device=DEVICE)
-        agree.check(f"{rule} {m_}x{n_} / {bm}x{bn}", got, want, tol=0)
-agree.assert_ok()
+explorer = GridExplorer(**experiment.EXPLORER)
+experiment.check_explorer(stamp_tiles).assert_ok()
 explorer
 
 # %%
@@ -437,20 +358,7 @@ spec = record_or_measure(
     lambda: experiment.specialisations(scale_kernel, CALLS),
 )
 held = experiment.binaries(scale_kernel)  # after the table's calls (None: interpreter)
-if spec is not None:
-    shown = table(
-        spec.rows,
-        {
-            "#": "step",
-            "call (what changed)": "call",
-            "binaries": "binaries",
-            "compiled?": lambda r: "new binary" if r["new"] else "reused",
-        },
-        caption=spec.caption(),
-    )
-else:
-    shown = no_record()
-shown
+experiment.specialisations_table(spec)
 
 # %%
 # The key of each new binary, as Triton wrote it: one entry per argument, a
@@ -479,20 +387,8 @@ NEW = {
     "x misaligned by one element": True,
 }
 assert list(NEW) == [label for label, _ in CALLS]
-rules = Claims("02 the grid", spec)
-for label, compiled in NEW.items() if spec else []:
-    got = bool(spec.one(call=label)["new"])
-    verb = "compiles a new binary" if compiled else "reuses a binary"
-    rules.check(f"{label}: {verb}", got == compiled, f"new binaries: {int(got)}")
-if spec:
-    last, added = spec.rows[-1]["binaries"], sum(r["new"] for r in spec.rows)
-    rules.check(
-        "After the calls the cache holds one binary per new binary of the table",
-        last == added and held in (None, last),
-        f"last row: {last}, new binaries: {added}"
-        + ("" if held is None else f", this process's cache: {held}"),
-    )
-rules if spec else no_record()
+said = experiment.specialisation_claims(spec, NEW, held)
+Claims("02 the grid", spec).check_all(said) if spec else experiment.no_record()
 
 # %%
 # Divisibility by 16 is worth a binary because it changes the code.  A length
@@ -513,16 +409,7 @@ builds = compile_many(
     constexprs={"BLOCK": 1024},
     arch=90,
 )
-table(
-    [{"build": name, "k": k} for name, k in builds.items()],
-    {
-        "specialisation": "build",
-        "16-byte loads": lambda r: r["k"].count(r"LDG\.E\.128"),
-        "4-byte loads": lambda r: r["k"].count(r"LDG\.E(?!\.\d)"),
-        "registers": lambda r: r["k"].registers,
-    },
-    caption="scale_kernel compiled for sm_90 ahead of time",
-)
+experiment.load_widths_table(builds, arch=90)
 
 # %%
 # The first call
@@ -543,89 +430,20 @@ first = record_or_measure(
     "scale(x) for 4,096 floats: the first call against later ones",
     lambda: experiment.first_calls(scale_kernel, lambda: scale(x0)),
 )
-if first is not None:
-    shown = table(
-        first.rows,
-        {
-            "call": "call",
-            "median ms": ("median_ms", "{:.3f}"),
-            "p20-p80 ms": lambda r: f"{r['p20_ms']:.3f}-{r['p80_ms']:.3f}",
-            "samples": "samples",
-        },
-        caption=first.caption(),
-    )
-else:
-    shown = no_record()
-shown
+experiment.first_calls_table(first)
 
 # %%
 
-first_claims = Claims("02 the grid", first)
-if first is not None:
-    compile_row, disk, later = (
-        first.one(call=c) for c in ("compile", "disk cache", "later call")
-    )
-    vs_disk, vs_later = speedup(disk, compile_row), speedup(later, disk)
-    first_claims.check(
-        "Loading a binary from the disk cache is faster than compiling it",
-        vs_disk.faster,
-        vs_disk.evidence("the disk cache", "compiling"),
-    )
-    first_claims.check(
-        "A later call, with the binary in memory, is faster still",
-        vs_later.faster,
-        vs_later.evidence("a later call", "the disk cache"),
-    )
-first_claims if first else no_record()
+said = experiment.first_call_claims(first)
+Claims("02 the grid", first).check_all(said) if first else experiment.no_record()
 
 # %%
 
-if first is not None:
-    # three significant digits each, and the quotient of the figures as printed,
-    # so that a reader who divides them gets the sentence's count
-    c, d, l_us = (
-        float(f"{v:.3g}")
-        for v in (compile_row["median_ms"], disk["median_ms"], 1e3 * later["median_ms"])
-    )
-    shown = say(
-        "Compiling took {c:,g} ms, loading from disk {d:,g} ms, and a later "
-        "call {l:,g} µs: the first call of each specialisation costs about "
-        "{x:,.0f} later calls.  Warm up a kernel before you time it (``do_bench`` "
-        "does), and expect a pause wherever a program meets a new specialisation.",
-        c=c,
-        d=d,
-        l=l_us,
-        x=float(f"{1e3 * c / l_us:.3g}"),
-    )
-else:
-    shown = no_record()
-shown
+experiment.say_first_calls(first)
 
 # %%
 
-if tilebook.is_interpreter():
-    assert experiment.binaries(scale_kernel) is None  # no cache to ask
-    shown = say(
-        "This page ran under the interpreter, where ``scale_kernel`` is an "
-        "``{kind}`` with no cache of binaries at all: nothing is compiled, and "
-        "the first call costs what every call costs.  The figures above {where}.",
-        kind=type(scale_kernel).__name__,
-        where="are the GPU record" if first else "await a run on a GPU",
-    )
-else:
-    count = experiment.binaries(scale_kernel)
-    shown = say(
-        "The calls of the table left ``scale_kernel`` holding {held} binaries, as its "
-        "last row says.  To make a call compile, ``first_calls`` empties that cache "
-        "before each of its {rounds} rounds, so the kernel now holds {count} {noun}: "
-        "{what}.",
-        held=held,
-        rounds=compile_row["samples"] if first else 0,
-        count=count,
-        noun="binary" if count == 1 else "binaries",
-        what="the timed call's alone" if count == 1 else "those of the timed calls",
-    )
-shown
+experiment.say_binaries(scale_kernel, first, held)
 
 # %%
 # Try this

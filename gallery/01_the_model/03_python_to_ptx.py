@@ -36,6 +36,8 @@ checked by :func:`tilebook.course.exercises.check_elementwise`.
 # %%
 # Setting up
 # ----------
+# What the page says of its compiles (tables, sentences, claims checked against
+# the builds) is made from the builds by :mod:`tilebook.course.experiments.stages`.
 
 import tilebook
 
@@ -49,9 +51,8 @@ import triton.language as tl
 from tilebook.course.check import CorrectnessReport
 from tilebook.course.claims import Claims
 from tilebook.course.exercises import check_elementwise
+from tilebook.course.experiments import stages
 from tilebook.course.passes import compile_with_passes
-from tilebook.course.prose import say
-from tilebook.course.tables import table
 from tilebook.course.widgets_stages import StageViewer
 
 print(tilebook.banner())
@@ -227,15 +228,9 @@ SNAPSHOTS = [
     ),
 ]
 
-
-def layouts(text):
-    """The ``sizePerThread`` of each ``#blocked`` layout a TTGIR module defines."""
-    return re.findall(r"^#blocked\d* = .*sizePerThread = \[(\d+)\]", text, re.M)
-
-
 for when, text in SNAPSHOTS:
     converts = text.count("ttg.convert_layout")
-    print(f"{when:<32} sizePerThread {layouts(text)}, {converts} convert_layout")
+    print(f"{when:<32} sizePerThread {stages.layouts(text)}, {converts} convert_layout")
 
 # %%
 # Following one ``tl.load``
@@ -268,38 +263,7 @@ for stage, op in OPS.items():
 
 # %%
 
-per_thread = BLOCK // (32 * k90.num_warps)
-spt = int(layouts(k90.stage("ttgir"))[0])
-wide = {label: t.kernel.count(r"LDG\.E\.128") for label, t in builds.items()}
-narrow = {label: t.kernel.count(r"LDG\.E(?!\.128)") for label, t in builds.items()}
-
-
-def first(pattern, line, stage):
-    """The first match of ``pattern`` in the lines of ``stage`` from one Python line."""
-    return next(
-        m[0] for s in k90.lines_for(line, stage) if (m := re.search(pattern, s.text))
-    )
-
-
-say(
-    "Each thread owns {per} elements ({block} over {threads} threads), in "
-    "{groups} groups of {spt}, and each group is one load: ``ld.global.v4.b32`` "
-    "in PTX, ``LDG.E.128`` in SASS, {wide} per thread.  The load is "
-    "*predicated*: the mask line became a comparison into a predicate register "
-    "(``{setp}``) and the load runs only where it holds (``{guard}``).  In SASS "
-    "the comparison is ``{isetp}`` and the load is guarded by ``{sguard}``: "
-    "lanes past the end are switched off, with no branch.",
-    per=per_thread,
-    block=BLOCK,
-    threads=32 * k90.num_warps,
-    groups=per_thread // spt,
-    spt=spt,
-    wide=wide["sm_90"],
-    setp=first(r"setp\.\w+\.\w+", MASK, "ptx"),
-    guard=first(r"@%p\d+", LOAD, "ptx"),
-    isetp=first(r"ISETP\.\w+", MASK, "sass"),
-    sguard=first(r"@!?P\d+", LOAD, "sass"),
-)
+stages.say_loads(builds["sm_90"], BLOCK, LOAD, MASK)
 
 # %%
 # Triton writes loads and stores into the LLVM IR as inline PTX assembly
@@ -315,22 +279,9 @@ say(
 # The three ``sm_90`` variants against the kernel as compiled above, with the
 # layout of each build's load:
 
-stg128 = {label: t.kernel.count(r"STG\.E\.128") for label, t in builds.items()}
-guarded = {label: t.kernel.count(r"@!?P\d+ LDG") for label, t in builds.items()}
 VARIANTS = ["sm_90", "sm_80", "sm_90, n=4100", "sm_90, x[1:]", "sm_90, no mask"]
-layout = {label: layouts(builds[label].kernel.stage("ttgir")) for label in VARIANTS}
-table(
-    [{"build": label, "k": builds[label].kernel} for label in VARIANTS],
-    {
-        "build": "build",
-        "sizePerThread": lambda r: ", ".join(layout[r["build"]]),
-        "16-byte loads": lambda r: wide[r["build"]],
-        "4-byte loads": lambda r: narrow[r["build"]],
-        "predicated loads": lambda r: guarded[r["build"]],
-        "16-byte stores": lambda r: stg128[r["build"]],
-        "registers": lambda r: r["k"].registers,
-    },
-    caption=f"{COMPILED} (sm_80 for its row); counts per thread",
+stages.loads_table(
+    builds, VARIANTS, f"{COMPILED} (sm_80 for its row); counts per thread"
 )
 
 # %%
@@ -363,41 +314,8 @@ verdict
 
 # %%
 
-snaps = [layouts(text) for _, text in SNAPSHOTS]
-width = Claims("03 Python to PTX", COMPILED)
-width.check(
-    "The TTIR is the same for sm_80 and sm_90", k80.stage("ttir") == k90.stage("ttir")
-)
-width.check(
-    "coalesce made the layout of four; remove-layout-conversions left only it",
-    snaps == [["1"], ["1", str(spt)], [str(spt)]],
-    f"sizePerThread {snaps}",
-)
-width.check(
-    "All five builds give the load the same layout",
-    all(layout[label] == [str(spt)] for label in VARIANTS),
-)
-width.check(
-    "With the hints, each group of four is one predicated 16-byte load",
-    wide["sm_90"] == wide["sm_80"] == per_thread // spt == guarded["sm_90"]
-    and narrow["sm_90"] == 0,
-    f"{wide['sm_90']} LDG.E.128 per thread, {guarded['sm_90']} of them predicated",
-)
-width.check(
-    "n=4100 and x[1:] load one element at a time; x[1:] still stores 16 bytes",
-    wide["sm_90, n=4100"] == wide["sm_90, x[1:]"] == 0
-    and narrow["sm_90, n=4100"] == narrow["sm_90, x[1:]"] == per_thread
-    and stg128["sm_90, x[1:]"] == stg128["sm_90"] > stg128["sm_90, n=4100"],
-)
-width.check(
-    "Without the mask the loads are wide and unpredicated, and the result is wrong",
-    wide["sm_90, no mask"] == wide["sm_90"]
-    and guarded["sm_90, no mask"] == 0
-    and not verdict.ok
-    and "past the end" in str(verdict),
-    f"{wide['sm_90, no mask']} LDG.E.128, {guarded['sm_90, no mask']} predicated",
-)
-width
+said = stages.width_claims(builds, VARIANTS, SNAPSHOTS, verdict, BLOCK)
+Claims("03 Python to PTX", COMPILED).check_all(said)
 
 # %%
 # A loop and a ``tl.dot``: layouts, tensor cores, pipelining
@@ -424,36 +342,11 @@ dot_report.assert_ok()
 # on its way to TTGIR, and whether each changed it on each target:
 
 dot80, dot90 = builds["dot sm_80"], builds["dot sm_90"]
-JOBS = {
-    "convert-triton-to-tritongpu": "gives every tensor a default layout",
-    "tritongpu-coalesce": "layouts for coalesced loads and stores",
-    "tritongpu-remove-layout-conversions": "removes layout conversions it can",
-    "tritongpu-accelerate-matmul": "tensor-core layout and operation for tl.dot",
-    "tritongpu-assign-latencies": "how far ahead each load must start",
-    "tritongpu-schedule-loops": "orders the loop's operations into stages",
-    "tritongpu-pipeline": "copies later tiles into shared memory early",
-    "tritongpu-prefetch": "reads the next operands from shared memory early",
-    "allocate-shared-memory-nv": "places the buffers in shared memory",
-}
-changed = {r.name for t in (dot80, dot90) for r in t.passes.changed("ttgir")}
-table(
-    [{"pass": name} for name in JOBS if name in changed],
-    {
-        "pass": "pass",
-        "what it does": lambda r: JOBS[r["pass"]],
-        "sm_80": lambda r: "changed" if dot80.passes.did(r["pass"]) else "no change",
-        "sm_90": lambda r: "changed" if dot90.passes.did(r["pass"]) else "no change",
-    },
-    caption=f"{dot90.caption()} and sm_80",
-)
+stages.passes_table(dot80, dot90)
 
 # %%
 
-say(
-    "Other passes changed it too (clean-ups, loop-invariant code motion, "
-    "bookkeeping): {others}.",
-    others=", ".join(f"``{name}``" for name in sorted(changed - set(JOBS))),
-)
+stages.say_other_passes(dot80, dot90)
 
 # %%
 # ``tritongpu-accelerate-matmul`` is where ``tl.dot`` meets the tensor cores:
@@ -470,19 +363,7 @@ for t in (dot80, dot90):
 
 # %%
 
-both = (dot80, dot90)
-ops = {t.kernel.arch: t.kernel.instructions("HMMA", "HGMMA") for t in both}
-major = [re.search(r"versionMajor = (\d)", t.kernel.stage("ttgir"))[1] for t in both]
-say(
-    "For ``sm_80`` the layout is ``nvidia_mma`` version {v80}, ``tt.dot`` stays "
-    "and becomes {h80} ``HMMA`` instructions in SASS; for ``sm_90`` it is version "
-    "{v90}, ``tt.dot`` is replaced by ``ttng.warp_group_dot``, which becomes "
-    "{g90} ``HGMMA`` instructions.",
-    v80=major[0],
-    h80=ops[80]["HMMA"],
-    v90=major[1],
-    g90=ops[90]["HGMMA"],
-)
+stages.say_mma(dot80, dot90)
 
 # %%
 # ``tritongpu-pipeline`` rewrote the loop so that the loads of later
@@ -493,18 +374,8 @@ say(
 # The shared memory that Triton records for the kernel is those buffers:
 
 
-def buffers(t):
-    """(copies, rows, cols) of each ``local_alloc`` in the TTGIR; bytes in all."""
-    found = re.findall(
-        r"local_alloc : \(\) -> !ttg\.memdesc<(\d+)x(\d+)x(\d+)xf16",
-        t.kernel.stage("ttgir"),
-    )
-    shapes = [tuple(map(int, f)) for f in found]
-    return shapes, sum(s * r * c * 2 for s, r, c in shapes)
-
-
 for t in (dot80, dot90):
-    shapes, total = buffers(t)
+    shapes, total = stages.shared_buffers(t)
     ldgsts = t.kernel.instructions("LDGSTS")["LDGSTS"]
     print(f"sm_{t.kernel.arch}: local_alloc {shapes}, {total:,} bytes in all")
     print(f"       metadata: shared = {t.kernel.shared_bytes:,}; {ldgsts} LDGSTS")
@@ -512,31 +383,7 @@ for t in (dot80, dot90):
 # %%
 
 acc = TILE["BM"] * TILE["BN"] // (32 * WARPS)
-dots = Claims("03 Python to PTX", COMPILED)
-key = ("tritongpu-accelerate-matmul", "tritongpu-pipeline")
-dots.check(
-    "accelerate-matmul and pipeline changed the kernel on both targets; tl.dot "
-    "became mma (HMMA) on sm_80 and wgmma (HGMMA) on sm_90",
-    all(t.passes.did(p) for t in both for p in key)
-    and ops[80]["HMMA"] > 0 == ops[80]["HGMMA"]
-    and ops[90]["HGMMA"] > 0 == ops[90]["HMMA"],
-    f"sm_80 {ops[80]}, sm_90 {ops[90]}",
-)
-dots.check(
-    "The loads became asynchronous copies, and the shared memory in the metadata "
-    "is exactly their buffers, on both targets",
-    all(buffers(t)[1] == t.kernel.shared_bytes > 0 for t in both)
-    and all(t.kernel.instructions("LDGSTS")["LDGSTS"] > 0 for t in both)
-    and all("async_copy_global_to_local" in t.kernel.stage("ttgir") for t in both),
-    "; ".join(f"sm_{t.kernel.arch}: {t.kernel.shared_bytes} bytes" for t in both),
-)
-dots.check(
-    "Each thread holds its share of the accumulator in registers, and more",
-    all(t.kernel.registers > acc for t in both),
-    f"{acc} accumulator values per thread; "
-    + ", ".join(f"sm_{t.kernel.arch}: {t.kernel.registers} registers" for t in both),
-)
-dots
+Claims("03 Python to PTX", COMPILED).check_all(stages.dot_claims(dot80, dot90, acc))
 
 # %%
 # Registers are ``ptxas``'s decision, not Triton's: it reports them, and the
@@ -555,26 +402,7 @@ dots
 # build on the way to it.  Flagged: the build that computes a wrong answer,
 # and the two that pay for a missing hint with narrow loads.
 
-StageViewer(
-    builds,
-    title="From Python to SASS: every stage of every build",
-    caption=f"{COMPILED} (and sm_80); no GPU needed",
-    line=LOAD,
-    wrong={
-        "sm_90, no mask": "no mask: the last program reads and writes past the "
-        "end of the vectors unless n is a multiple of BLOCK (the check above)."
-    },
-    warn={
-        "sm_90, n=4100": f"{narrow['sm_90, n=4100']} narrow loads per thread where "
-        f"{wide['sm_90']} wide ones do: n is not known divisible by 16.",
-        "sm_90, x[1:]": f"{narrow['sm_90, x[1:]']} narrow loads per thread: x is not "
-        "known to be aligned to 16 bytes.",
-    },
-    notes={
-        "dot sm_80": "tl.dot as mma.sync (HMMA); cp.async into shared memory.",
-        "dot sm_90": "tl.dot as wgmma (HGMMA), operands read from shared memory.",
-    },
-)
+StageViewer(builds, line=LOAD, **stages.viewer_setup(builds, COMPILED))
 
 # %%
 # The cache and the knobs
@@ -598,31 +426,7 @@ for name, size in builds["sm_90"].cache_files.items():
 # the old values afterwards).  The variable names below are read from the
 # knobs of the Triton that built this page.
 
-KNOBS = [
-    ("cache", "dir", "where the cache lives (default: ~/.triton/cache)"),
-    ("compilation", "always_compile", "compile even when the cache has the binary"),
-    ("compilation", "dump_ir", "write every stage of each compile to dump_dir"),
-    ("cache", "dump_dir", "where dump_ir writes"),
-    ("compilation", "override", "use stage files from override_dir instead"),
-    ("cache", "override_dir", "hand-edited stages (a .ptx, say), by cache key"),
-    ("compilation", "store_binary_only", "cache only the cubin, not the stages"),
-    ("compilation", "disable_line_info", "no source locations in PTX and SASS"),
-    ("nvidia", "dump_ptxas_log", "print ptxas -v: registers and spills"),
-    ("autotuning", "print", "print each autotuned kernel's best config (lesson 13)"),
-    ("runtime", "interpret", "run kernels in the interpreter (this site's CPU mode)"),
-]
-
-
-def env_var(group, name):
-    """The environment variable behind ``triton.knobs.<group>.<name>``."""
-    return vars(type(getattr(triton.knobs, group)))[name].key
-
-
-table(
-    [{"knob": f"{g}.{n}", "env": env_var(g, n), "what": w} for g, n, w in KNOBS],
-    {"triton.knobs.": "knob", "environment variable": "env", "what it does": "what"},
-    caption=f"triton.knobs of Triton {triton.__version__}",
-)
+stages.knobs_table()
 
 # %%
 # The pass-by-pass dump is not among them.  ``MLIR_ENABLE_DUMP=1`` (the module
@@ -637,26 +441,7 @@ table(
 #    MLIR_ENABLE_DUMP=1 MLIR_DUMP_PATH=passes.txt TRITON_ALWAYS_COMPILE=1 python my.py
 #    TRITON_KERNEL_DUMP=1 TRITON_DUMP_DIR=stages TRITON_ALWAYS_COMPILE=1 python my.py
 
-every = {
-    d.key
-    for group in vars(triton.knobs).values()
-    if isinstance(group, triton.knobs.base_knobs)
-    for d in vars(type(group)).values()
-    if isinstance(d, triton.knobs.env_base)
-}
-dumped = {name.rsplit(".", 1)[1] for name in builds["sm_90"].dump_files}
-knobs = Claims("03 Python to PTX", COMPILED)
-knobs.check(
-    "MLIR_ENABLE_DUMP is not one of triton.knobs, and it works: passes were logged",
-    "MLIR_ENABLE_DUMP" not in every and len(log) > 0,
-    f"{len(every)} knobs read; {len(log)} passes logged",
-)
-knobs.check(
-    "TRITON_KERNEL_DUMP wrote the stages the cache keeps",
-    dumped >= {"ttir", "ttgir", "llir", "ptx", "cubin"},
-    ", ".join(builds["sm_90"].dump_files),
-)
-knobs
+Claims("03 Python to PTX", COMPILED).check_all(stages.knob_claims(builds["sm_90"]))
 
 # %%
 # Try this

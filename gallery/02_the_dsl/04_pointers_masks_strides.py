@@ -47,7 +47,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from tilebook.course.aot import compile_many
 from tilebook.course.bench import record_or_measure
 from tilebook.course.check import CorrectnessReport
-from tilebook.course.claims import Claims, speedup
+from tilebook.course.claims import Claims, all_faster, speedup
 from tilebook.course.experiments import memory_access as experiment
 from tilebook.course.plots import plot_record
 from tilebook.course.prose import say
@@ -189,11 +189,20 @@ copy_report.assert_ok()
 # above copies ``experiment.STRIDE_N`` float32 elements read at
 # each stride, all strides in interleaved rounds.  GB/s count the bytes the
 # copy needs, one read and one write each: what the stride wastes shows.
+# ``timed`` is one round's timing of one launch: Triton's ``do_bench`` runs it
+# until warm, then repeats it and returns the median time in milliseconds.
+
+
+def timed(launch):
+    return triton.testing.do_bench(launch, warmup=10, rep=40, return_mode="median")
+
+
+def measure_strides():
+    return experiment.strides(kernel=strided_copy_kernel, timer=timed)
+
 
 sweep = record_or_measure(
-    "lesson04_strides",
-    "strided copy, float32: GB/s by stride",
-    lambda: experiment.strides(kernel=strided_copy_kernel),
+    "lesson04_strides", "strided copy, float32: GB/s by stride", measure_strides
 )
 fig = plot_record(
     sweep,
@@ -213,27 +222,7 @@ fig = plot_record(
 # rates as a share of the rate at stride one).  It counts sectors only; a read
 # that scatters also touches more DRAM rows and pages, so it can measure under.
 
-F32 = torch.float32.itemsize
-by_stride = {r["stride"]: r for r in sweep.rows} if sweep else {}
-
-
-def measured_ratio(stride):
-    return by_stride[stride]["gbps"] / by_stride[1]["gbps"]
-
-
-table(
-    [experiment.warp_access(s, F32).as_row() for s in experiment.STRIDES],
-    {
-        "stride": "stride",
-        "sectors per warp": "sectors",
-        "bytes used": lambda a: f"{a['useful_bytes']} of {a['fetched_bytes']}",
-        "predicted": lambda a: f"{experiment.predicted_ratio(a['stride'], F32):.0%}",
-        "measured": lambda a: (
-            f"{measured_ratio(a['stride']):.0%}" if a["stride"] in by_stride else "n/a"
-        ),
-    },
-    caption=sweep.caption() if sweep else "no GPU record of the sweep yet",
-)
+experiment.sector_table(sweep)
 
 # %%
 # What the table says, checked on its data.  The strides up to one element per
@@ -242,34 +231,40 @@ table(
 # the device's own copy, so the sectors a stride fetches bound its rate.
 
 SLACK = 0.1  # a kernel may beat the copy by this much, no more
+F32 = torch.float32.itemsize
+by_stride = {r["stride"]: r for r in sweep.rows} if sweep else {}
 within_sector = [s for s in experiment.STRIDES if s * F32 <= experiment.SECTOR_BYTES]
-steps = list(itertools.pairwise(within_sector))
-slower = {s: speedup(by_stride[1], r) for s, r in by_stride.items() if s > 1}
-copy = sweep.provenance["copy_gbps"] if sweep else None
-above = {
-    s: r["gbps"] / experiment.predicted_ratio(s, F32) / copy
-    for s, r in by_stride.items()
+rates = {s: r["gbps"] for s, r in by_stride.items()}
+above = {  # the rate over what the sectors allow at the copy's rate
+    s: g / experiment.predicted_ratio(s, F32) / sweep.provenance["copy_gbps"]
+    for s, g in rates.items()
 }
-claims = Claims("04 pointers, masks and strides", sweep)
-claims.check(
-    "Every stride above one copies more slowly than stride one",
-    bool(slower) and all(c.faster for c in slower.values()),
-    "; ".join(c.evidence("stride 1", f"stride {s}") for s, c in slower.items()),
-)
-claims.check(
-    "Up to one element per sector, each doubling of the stride slows the copy",
-    bool(by_stride)
-    and all(speedup(by_stride[a], by_stride[b]).faster for a, b in steps),
-    ", ".join(f"{a} to {b}" for a, b in steps),
-)
-claims.check(
-    "No stride copies faster than its sectors allow at the copy's rate",
-    bool(above) and max(above.values()) <= 1 + SLACK,
-    "sectors and writes moved at "
-    + ", ".join(f"{v:.0%} (stride {s})" for s, v in above.items())
-    + " of the copy's rate",
-)
-claims
+
+
+def slower(pairs):  # (a, b) strides: is a's copy faster than b's, beyond the spread?
+    return all_faster(
+        {
+            (f"stride {a}", f"stride {b}"): speedup(by_stride[a], by_stride[b])
+            for a, b in pairs
+        }
+    )
+
+
+STRIDE_CLAIMS = {
+    "Every stride above one copies more slowly than stride one": lambda: slower(
+        (1, s) for s in rates if s > 1
+    ),
+    "Up to one element per sector, every doubling of the stride slows it": lambda: (
+        slower(itertools.pairwise(within_sector))
+    ),
+    "No stride copies faster than its sectors allow at the copy's rate": lambda: (
+        max(above.values()) <= 1 + SLACK,
+        "sectors and writes moved at "
+        + ", ".join(f"{v:.0%} (stride {s})" for s, v in above.items())
+        + " of the copy's rate",
+    ),
+}
+Claims("04 pointers, masks and strides", sweep).check_all(STRIDE_CLAIMS)
 
 # %%
 # Turning the knobs
@@ -363,56 +358,36 @@ report.assert_ok()
 measured = record_or_measure(
     "lesson04_views",
     "scale_2d, float32: GB/s by view",
-    lambda: experiment.views(kernel=scale_2d_kernel),
+    lambda: experiment.views(kernel=scale_2d_kernel, timer=timed),
 )
 
 
-def cell(view, impl="kernel"):
-    return measured.one(view=view, impl=impl)
-
-
-def versus(r):
-    vs = speedup(r, cell(r["view"], "torch.mul"))
-    return "tie" if vs.tied else ("ahead" if vs.faster else "behind")
-
-
-(
-    table(
-        measured.select(impl="kernel"),
-        {
-            "view": "view",
-            "kernel GB/s": ("gbps", "{:,.0f}"),
-            "of copy": lambda r: f"{r['gbps'] / measured.provenance['copy_gbps']:.0%}",
-            "torch.mul GB/s": lambda r: f"{cell(r['view'], 'torch.mul')['gbps']:,.0f}",
-            "kernel vs torch.mul": versus,
-        },
-        caption=measured.caption(),
-    )
-    if measured
-    else NO_RECORD
-)
+experiment.views_table(measured) if measured else NO_RECORD
 
 # %%
 # Checked on the data above.  *Keeps its speed* means at least ``KEEPS`` of
 # the contiguous view's rate.
 
 KEEPS = 0.5
-rates = {v: cell(v)["gbps"] for v in experiment.VIEWS} if measured else {}
-frac = {v: r / rates["contiguous"] for v, r in rates.items()}
-view_claims = Claims("04 pointers, masks and strides", measured)
-view_claims.check(
-    "On the transposed view the kernel keeps its speed",
-    bool(frac) and frac["transposed"] >= KEEPS,
-    ", ".join(f"{v}: {f:.0%} of contiguous" for v, f in frac.items()),
+kernel = (
+    {r["view"]: r["gbps"] for r in measured.select(impl="kernel")} if measured else {}
 )
-if by_stride:
-    worst = within_sector[-1]
-    view_claims.check(
-        "On the transposed view it beats the copy that reads one element per sector",
-        bool(frac) and frac["transposed"] > measured_ratio(worst),
-        f"the copy at stride {worst}: {measured_ratio(worst):.0%} of stride one",
+frac = {v: g / kernel["contiguous"] for v, g in kernel.items()}
+worst = within_sector[-1]  # the copy that reads one element per sector
+of_copy = rates[worst] / rates[1] if rates else 0.0
+speeds = ", ".join(f"{v}: {f:.0%} of contiguous" for v, f in frac.items())
+beyond = f"the copy at stride {worst}: {of_copy:.0%} of stride one"
+KEPT = {
+    "On the transposed view the kernel keeps its speed": lambda: (
+        frac["transposed"] >= KEEPS,
+        speeds,
     )
-view_claims
+}
+if rates:
+    KEPT[
+        "On the transposed view it beats the copy that reads one element per sector"
+    ] = lambda: (frac["transposed"] > of_copy, beyond)
+Claims("04 pointers, masks and strides", measured).check_all(KEPT)
 
 # %%
 # Tensor descriptors and block pointers
@@ -542,21 +517,12 @@ seen = {
     name: {**k.instructions(*ops), "shared": k.shared_bytes, "registers": k.registers}
     for name, k in compiled.items()
 }
-table(
-    [{"kernel": name, **c} for name, c in seen.items()],
-    {
-        "kernel": "kernel",
-        "loads": "LDG",
-        "16-byte loads": WIDE,
-        "stores": "STG",
-        "16-byte stores": "STG.E.128",
-        "TMA loads": "UTMALDG",
-        "shared memory bytes": "shared",
-        "registers": "registers",
-    },
-    caption=f"sm_90, float32, {TILE['BLOCK_M']} x {TILE['BLOCK_N']} tiles, "
-    "compiled ahead of time",
-)
+COLUMNS = {"kernel": "kernel", "loads": "LDG", "16-byte loads": WIDE, "stores": "STG"}
+COLUMNS |= {"16-byte stores": "STG.E.128", "TMA loads": "UTMALDG"}
+COLUMNS |= {"shared memory bytes": "shared", "registers": "registers"}
+AOT = f"compiled ahead of time for sm_90 by Triton {triton.__version__}"
+TILES = "float32, {BLOCK_M} x {BLOCK_N} tiles, ".format(**TILE)
+table([{"kernel": name, **c} for name, c in seen.items()], COLUMNS, caption=TILES + AOT)
 
 # %%
 # Read the rows against what each launch tells the compiler:
@@ -579,40 +545,30 @@ table(
 #   the whole tile, issued by one thread; the copy engine fills shared memory
 #   and ``UTMASTG`` writes the result back the same way.
 
-AOT = f"compiled ahead of time for sm_90 by Triton {triton.__version__}"
 c, t, s, u, d = (seen[k] for k in (*args, "strides unknown", "descriptor"))
-code = Claims("04 pointers, masks and strides", AOT)
-code.check(
-    "The contiguous view loads and stores 16 bytes at a time, without shared memory",
-    c[WIDE] == c["LDG"] > 0 and c["STG.E.128"] == c["STG"] and c["shared"] == 0,
-    f"{c[WIDE]} of {c['LDG']} loads are 16-byte",
-)
-code.check(
-    "The transposed view loads 16 bytes at a time too, through shared memory",
-    t[WIDE] == t["LDG"] > 0 and t["shared"] > 0 and t["STS"] > 0,
-    f"{t[WIDE]} of {t['LDG']} loads are 16-byte, {t['shared']} bytes shared",
-)
-code.check(
-    "The column slice and the unknown strides get no 16-byte loads",
-    s[WIDE] == 0 and u[WIDE] == 0 and u["STG.E.128"] == 0,
-    f"{s['LDG']} and {u['LDG']} single loads per thread",
-)
-code.check(
-    "Unknown strides take more registers than the contiguous view",
-    u["registers"] > c["registers"],
-    f"{u['registers']} against {c['registers']}",
-)
-if b := seen.get("block pointer"):
-    code.check(
-        "The block pointer compiles to the pointer kernel's loads and stores",
-        b["LDG"] == c["LDG"] and b[WIDE] == c[WIDE] and b["UTMALDG"] == 0,
-        f"{b['LDG']} and {c['LDG']} loads per thread",
+b = seen.get("block pointer")
+SAID = {  # each claim on the compiled code, checked on the table's counts
+    "The contiguous view loads and stores 16 bytes at a time, without shared memory": (
+        c[WIDE] == c["LDG"] > 0 and c["STG.E.128"] == c["STG"] and c["shared"] == 0
+    ),
+    "The transposed view loads 16 bytes at a time too, through shared memory": (
+        t[WIDE] == t["LDG"] > 0 and t["shared"] > 0 and t["STS"] > 0
+    ),
+    "The column slice and the unknown strides get no 16-byte loads": (
+        s[WIDE] == 0 and u[WIDE] == 0 and u["STG.E.128"] == 0
+    ),
+    "Unknown strides take more registers than the contiguous view": (
+        u["registers"] > c["registers"]
+    ),
+}
+if b:
+    SAID["The block pointer compiles to the pointer kernel's loads and stores"] = (
+        b["LDG"] == c["LDG"] and b[WIDE] == c[WIDE] and b["UTMALDG"] == 0
     )
-code.check(
-    "The descriptor moves its tiles with the copy engine, no thread loads",
-    d["UTMALDG"] > 0 and d["UTMASTG"] > 0 and d["LDG"] == d["STG"] == 0,
-    f"{d['UTMALDG']} UTMALDG, {d['UTMASTG']} UTMASTG",
+SAID["The descriptor moves its tiles with the copy engine, no thread loads"] = (
+    d["UTMALDG"] > 0 and d["UTMASTG"] > 0 and d["LDG"] == d["STG"] == 0
 )
+code = Claims("04 pointers, masks and strides", AOT).check_all(SAID)
 code
 
 # %%

@@ -54,7 +54,7 @@ from triton.backends.nvidia.compiler import min_dot_size
 from tilebook.course.aot import AotError, compile_many
 from tilebook.course.bench import record_or_measure
 from tilebook.course.check import CorrectnessReport
-from tilebook.course.claims import Claims, speedup
+from tilebook.course.claims import Claims, all_faster, speedup
 from tilebook.course.experiments import dot as experiment
 from tilebook.course.plots import (
     caption_figure,
@@ -220,19 +220,17 @@ family = {
     s: ops[s][0][0].split(".")[0].replace("HFMA2", "FMA").replace("FFMA", "FMA")
     for s in ops
 }
-table(
-    [{"s": s, "k": compiled[label(s)]} for s in SETTINGS],
-    {
-        "target": lambda r: f"sm_{r['s'][0]}",
-        "inputs -> accumulator": lambda r: r["s"][1],
-        "tile, warps": lambda r: r["s"][2],
-        "instruction": lambda r: ops[r["s"]][0][0],
-        "how many": lambda r: count[r["s"]],
-        "registers": lambda r: r["k"].registers,
-        "spilled bytes": lambda r: r["k"].spill_stores_bytes,
-    },
-    caption=f"compiled ahead of time by triton {triton.__version__}",
-)
+COMPILED = {  # the table's columns, each a function of a setting's row
+    "target": lambda r: f"sm_{r['s'][0]}",
+    "inputs -> accumulator": lambda r: r["s"][1],
+    "tile, warps": lambda r: r["s"][2],
+    "instruction": lambda r: ops[r["s"]][0][0],
+    "how many": lambda r: count[r["s"]],
+    "registers": lambda r: r["k"].registers,
+    "spilled bytes": lambda r: r["k"].spill_stores_bytes,
+}
+AOT = f"compiled ahead of time by triton {triton.__version__}"
+table([{"s": s, "k": compiled[label(s)]} for s in SETTINGS], COMPILED, caption=AOT)
 
 # %%
 # Read it by what changes from row to row.
@@ -300,29 +298,27 @@ def lowering(arch, inputs, tile):
 sm75 = compiled[label((75, "fp16 -> fp32", TILE))]
 tf32, tf32x3 = ((90, f"fp32 {p} -> fp32", TILE) for p in ("tf32", "tf32x3"))
 f16 = ops[(90, "fp16 -> fp16", TILE)][0][0]
-rules = Claims("05 tl.dot", HERE)
-rules.check(
-    "The rule gives the instruction family of every compile in the table",
-    all(lowering(*s) == family[s] for s in SETTINGS),
-    f"{len(SETTINGS)} compiles",
-)
-rules.check(
-    "Both settings the rule refuses fail to compile, and Triton names each reason",
-    all(lowering(*s).startswith("refused") for s in REFUSED) and len(set(reasons)) >= 2,
-    "; ".join(lowering(*s) for s in REFUSED),
-)
-rules.check(
-    "On sm_75 fp16 inputs become fused multiply-adds, and the loop spills",
-    family[75, "fp16 -> fp32", TILE] == "FMA" and sm75.spill_stores_bytes > 0,
-    sm75.summary(),
-)
-rules.check(
-    "tf32x3 runs three times the tensor-core instructions of tf32",
-    count[tf32x3] == 3 * count[tf32],
-    f"{count[tf32x3]} against {count[tf32]}",
-)
-rules.check("An fp16 accumulator is the instruction's own", ".F16" in f16, f16)
-rules
+RULES = {  # claim: (holds, evidence), on the compiles above
+    "The rule gives the instruction family of every compile in the table": (
+        all(lowering(*s) == family[s] for s in SETTINGS),
+        f"{len(SETTINGS)} compiles",
+    ),
+    "Both settings the rule refuses fail to compile, and Triton names each reason": (
+        all(lowering(*s).startswith("refused") for s in REFUSED)
+        and len(set(reasons)) > 1,
+        "; ".join(lowering(*s) for s in REFUSED),
+    ),
+    "On sm_75 fp16 inputs become fused multiply-adds, and the loop spills": (
+        family[75, "fp16 -> fp32", TILE] == "FMA" and sm75.spill_stores_bytes > 0,
+        sm75.summary(),
+    ),
+    "tf32x3 runs three times the tensor-core instructions of tf32": (
+        count[tf32x3] == 3 * count[tf32],
+        f"{count[tf32x3]} against {count[tf32]}",
+    ),
+    "An fp16 accumulator is the instruction's own": (".F16" in f16, f16),
+}
+Claims("05 tl.dot", HERE).check_all(RULES)
 
 # %%
 # Accumulating: why float32
@@ -394,16 +390,14 @@ def chain(inputs, acc, k):
 
 
 acc_rows = [chain(i, a, k) for i, a in PAIRS for k in KS]
-table(
-    acc_rows,
-    {
-        "inputs -> accumulator": "pair",
-        "K": "K",
-        "error vs float64": ("err", "{:.1e}"),
-        "error / rounding the exact product": ("ratio", "{:.2f}"),
-    },
-    caption=f"one program, M = N = {MN}, relative error; {run_caption()}",
-)
+ERRORS = {
+    "inputs -> accumulator": "pair",
+    "K": "K",
+    "error vs float64": ("err", "{:.1e}"),
+}
+ERRORS["error / rounding the exact product"] = ("ratio", "{:.2f}")
+ONE = f"one program, M = N = {MN}, relative error; {run_caption()}"
+table(acc_rows, ERRORS, caption=ONE)
 
 # %%
 # The same, drawn: a colour for each setting, solid lines and filled dots for
@@ -448,42 +442,26 @@ say(
 ) if overlap else None
 
 # %%
+# With a float32 accumulator every error is the rounding of the exact product,
+# whatever ``K``; with a 16-bit one it grows with ``K`` until it is wrong (a
+# GPU adds bf16 to the table; the interpreter gets bf16 wrong).  A test on a
+# short ``K`` passes a kernel that is wrong on a long one.  Checked on the
+# table's ratios:
 
 worst32 = max(r["ratio"] for r in acc_rows if r["pair"].endswith("fp32"))
-accum = Claims("05 tl.dot", HERE)
-accum.check(
-    "With a float32 accumulator the error is the rounding of the exact product",
-    worst32 < 1.5,
-    f"at most {worst32:.2f} times it, at every K",
-)
-for inputs, acc in PAIRS[1::2]:
-    p = f"{inputs} -> {acc}"
+GROWS = {  # claim: (holds, evidence)
+    "With a float32 accumulator the error is the rounding of the exact product": (
+        worst32 < 1.5,
+        f"at most {worst32:.2f} times it, at every K",
+    )
+}
+for p in (f"{i} -> {a}" for i, a in PAIRS[1::2]):
     lo, hi = by[p, KS[0]], by[p, KS[-1]]
-    accum.check(
-        f"{p}: the error grows with K and is wrong at the longest",
+    GROWS[f"{p}: the error grows with K and is wrong at the longest"] = (
         hi > lo and hi > WRONG,
         f"{lo:.2f} times the rounding at K = {KS[0]}, {hi:.2f} at {KS[-1]}",
     )
-accum
-
-# %%
-
-say(
-    "With a float32 accumulator every error is the rounding of the exact product, "
-    "whatever ``K``.  With an fp16 accumulator it grows with ``K``, from {lo:.2f} "
-    "times the rounding at ``K = {k0}`` to {hi:.2f} times at ``K = {k1}``.  {bf16}"
-    "A test on a short ``K`` passes a kernel that is wrong on a long one.",
-    lo=by["fp16 -> fp16", KS[0]],
-    hi=by["fp16 -> fp16", KS[-1]],
-    k0=KS[0],
-    k1=KS[-1],
-    bf16=(
-        f"A bf16 sum ends at {by['bf16 -> bf16', KS[-1]]:.2f} times the rounding to "
-        "bf16, itself larger than fp16's.  "
-        if GPU
-        else "(A GPU adds bf16 to the table; the interpreter gets bf16 wrong.)  "
-    ),
-)
+Claims("05 tl.dot", HERE).check_all(GROWS)
 
 # %%
 # float32 inputs, tf32, and what each path costs
@@ -497,21 +475,58 @@ say(
 # which recovers nearly all of float32 for three times the tensor-core work.
 # ``"ieee"`` computes in float32 on the ordinary units: the ``FFMA`` loop.
 #
-# One measurement gives each path's accuracy and speed:
-# :func:`tilebook.course.experiments.dot.paths` sends the same float32 data through
-# each path (converted to the path's dtype first) on the timed tile of the
-# table above; ``err`` is the error against float64 of the float32 data, and
-# the dot's own error compares with float64 of the converted inputs.  To time
-# the dot and not the memory, its kernel loads the tile once and chains
-# ``repeat`` dots into its accumulator, ``acc = tl.dot(a, b, acc)``; all
-# programs multiply the same tile and write their own.  The paths run in
-# interleaved rounds; fp8 only where the GPU has fp8 tensor cores.  On a CPU
-# the page shows the record of a GPU run.
+# One measurement gives each path's accuracy and speed.  To time the dot and
+# not the memory, the kernel below loads its tile once and chains ``repeat``
+# dots into its accumulator, ``acc = tl.dot(a, b, acc)``; all programs
+# multiply the same tile and each writes its own.
+
+
+@triton.jit(do_not_specialize=["repeat"])  # repeat=1 and repeat=64: one binary
+def repeat_dot_kernel(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    repeat,
+    M: tl.constexpr,
+    N: tl.constexpr,
+    K: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    rm = tl.arange(0, M)
+    rn = tl.arange(0, N)
+    rk = tl.arange(0, K)
+    a = tl.load(a_ptr + rm[:, None] * K + rk[None, :])
+    b = tl.load(b_ptr + rk[:, None] * N + rn[None, :])
+    acc = tl.zeros((M, N), dtype=tl.float32)
+    for _ in range(repeat):
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)  # acc + a @ b
+    c = c_ptr + tl.program_id(0) * M * N
+    tl.store(c + rm[:, None] * N + rn[None, :], acc)
+
+
+# %%
+# :func:`tilebook.course.experiments.dot.paths` sends the same float32 data
+# through each path (converted to the path's dtype first) on the timed tile of
+# the table above, launching ``repeat_dot_kernel`` on a few programs per :term:`SM`;
+# ``err`` is the error against float64 of the float32 data, and the dot's own
+# error compares with float64 of the converted inputs.  Each launch is timed
+# by ``timed``, Triton's ``do_bench`` (warm up, then repeat, then the median
+# time in ms), the paths in interleaved rounds; fp8 only where the GPU has fp8
+# tensor cores.  On a CPU the page shows the record of a GPU run.
+
+
+def timed(launch):
+    return triton.testing.do_bench(launch, warmup=10, rep=40, return_mode="median")
+
+
+def measure_paths():
+    return experiment.paths(kernel=repeat_dot_kernel, timer=timed)
+
 
 paths = record_or_measure(
     "lesson05_paths",
     "tl.dot: error and rate of each path, one tile on chip",
-    experiment.paths,
+    measure_paths,
 )
 if paths is None:
     print(textwrap.fill(no_record_message("lesson05_paths"), 88))
@@ -527,17 +542,16 @@ if missing:  # not timed on Hopper: compile its own architecture too
         compile_many({label(s): job(*s) for s in missing}, kernel=tile_dot_kernel)
     )
     ops.update({s: dot_ops(compiled[label(s)]) for s in missing})
+PATH_COLUMNS = {  # each a function of a path's row
+    "path": "path",
+    "instruction": lambda r: ops[TIMED, f"{r['path']} -> fp32", TILE][0][0],
+    "error vs float32 data": ("err", "{:.1e}"),
+    "the dot's own error": ("err_dot", "{:.1e}"),
+    "TFLOP/s": ("tflops", "{:,.0f}"),
+    "times the FMA loop": lambda r: f"{vs[r['path']].ratio:.1f}",
+}
 table(
-    list(rows.values()),
-    {
-        "path": "path",
-        "instruction": lambda r: ops[TIMED, f"{r['path']} -> fp32", TILE][0][0],
-        "error vs float32 data": ("err", "{:.1e}"),
-        "the dot's own error": ("err_dot", "{:.1e}"),
-        "TFLOP/s": ("tflops", "{:,.0f}"),
-        "times the FMA loop": lambda r: f"{vs[r['path']].ratio:.1f}",
-    },
-    caption=paths.caption() if paths else "no record",
+    list(rows.values()), PATH_COLUMNS, caption=paths.caption() if paths else "no record"
 )
 
 # %%
@@ -550,62 +564,40 @@ table(
 
 tc = [p for p in rows if p not in ("fp32 ieee", "fp32 tf32x3")]
 fp8 = [p for p in rows if p.startswith("fp8")]
-CHECKS = {
+loop = {(p, "the loop"): vs[p] for p in tc}  # the errors are in the table above
+CHECKS = {  # claim: holds, or a function of (holds, evidence) read only with data
     "Every path of one tensor-core product per step beats the FMA loop": lambda: (
-        all(vs[p].faster for p in tc),
-        "; ".join(vs[p].evidence(p, "the loop") for p in tc),
+        all_faster(loop)
     ),
     "tf32's error is over a hundred times that of float32 on the FMA loop": lambda: (
-        err["fp32 tf32"] > 100 * err["fp32 ieee"],
-        f"{err['fp32 tf32']:.1e} against {err['fp32 ieee']:.1e}",
+        err["fp32 tf32"] > 100 * err["fp32 ieee"]
     ),
     "tf32x3 is more than ten times as accurate as tf32": lambda: (
-        10 * err["fp32 tf32x3"] < err["fp32 tf32"],
-        f"{err['fp32 tf32x3']:.1e} against {err['fp32 tf32']:.1e}",
+        10 * err["fp32 tf32x3"] < err["fp32 tf32"]
     ),
-    "16-bit inputs lose far more to the conversion than to the additions": lambda: (
-        all(rows[p]["err"] > 10 * rows[p]["err_dot"] for p in ("fp16", "bf16")),
-        ", ".join(
-            f"{p}: {rows[p]['err']:.1e}, {rows[p]['err_dot']:.1e}"
-            for p in ("fp16", "bf16")
-        ),
+    "16-bit inputs lose far more to the conversion than to the additions": lambda: all(
+        rows[p]["err"] > 10 * rows[p]["err_dot"] for p in ("fp16", "bf16")
     ),
 }
 if fp8 or paths is None:
     CHECKS["fp8 inputs cost the most accuracy of all paths"] = lambda: (
-        min(err[p] for p in fp8) > max(e for p, e in err.items() if p not in fp8),
-        ", ".join(f"{p}: {err[p]:.1e}" for p in fp8),
+        min(err[p] for p in fp8) > max(e for p, e in err.items() if p not in fp8)
     )
-costs = Claims("05 tl.dot", paths)
-for text, test in CHECKS.items():
-    costs.check(text, *(test() if paths else (False, "")))
-costs
+Claims("05 tl.dot", paths).check_all(CHECKS)
 
 # %%
 
 VERDICTS = [("faster than", lambda c: c.faster), ("slower than", lambda c: c.slower)]
 VERDICTS.append(("tied with", lambda c: c.tied))
-if paths is None:
-    rates = say(
-        "The sentences that read this measurement appear once a GPU has made it."
-    )
-else:
-    rates = say(
-        "On the tensor cores bf16 runs at {bf:,.0f} TFLOP/s on this tile, {x:.0f} "
-        "times the FMA loop's {f:,.0f}.  tf32 runs at {t:.0f} times the loop with "
-        "{e:,.0f} times its error.  tf32x3, three products per step plus the work of "
-        "splitting its inputs, is {v3} the loop ({t3:.1f} times its rate), with "
-        "{e3:.1f} times its error.",
-        bf=rows["bf16"]["tflops"],
-        x=vs["bf16"].ratio,
-        f=rows["fp32 ieee"]["tflops"],
-        t=vs["fp32 tf32"].ratio,
-        e=err["fp32 tf32"] / err["fp32 ieee"],
-        t3=vs["fp32 tf32x3"].ratio,
-        e3=err["fp32 tf32x3"] / err["fp32 ieee"],
-        v3=next(w for w, ok in VERDICTS if ok(vs["fp32 tf32x3"])),
-    )
-rates
+LATER = "The sentences that read this measurement appear once a GPU has made it."
+x3 = vs.get("fp32 tf32x3")
+say(
+    "tf32x3, three products per step plus the work of splitting its inputs, is {v} "
+    "the FMA loop ({r:.1f} times its rate), with {e:.1f} times its error.",
+    v=next(w for w, ok in VERDICTS if ok(x3)),
+    r=x3.ratio,
+    e=err["fp32 tf32x3"] / err["fp32 ieee"],
+) if paths else say(LATER)
 
 # %%
 # fp8 on Hopper.  e4m3 keeps 3 bits of mantissa and 4 of exponent, e5m2 2 and
@@ -675,17 +667,16 @@ def explore(arch, inputs, tile):
     return r
 
 
-DotExplorer(
-    [explore(a, i, t) for a in (90, 80, 75) for i in CHOICES for t in TILES],
-    {
-        "target": ["sm_90", "sm_80", "sm_75"],
-        "inputs": list(CHOICES),
-        "tile": list(TILES),
-    },
-    {"compiled": "compiled", "acc": "accumulator", "error": "error", "rate": "rate"},
-    labels={"inputs": "inputs -> accumulator", "tile": "tile, warps"},
-    caption=f"triton {triton.__version__}; rates: {paths.caption() if paths else '-'}",
-)
+KNOBS = {
+    "target": ["sm_90", "sm_80", "sm_75"],
+    "inputs": list(CHOICES),
+    "tile": list(TILES),
+}
+SHOWN = {"compiled": "compiled", "acc": "accumulator", "error": "error", "rate": "rate"}
+LABELS = {"inputs": "inputs -> accumulator", "tile": "tile, warps"}
+explored = [explore(a, i, t) for a in (90, 80, 75) for i in CHOICES for t in TILES]
+RATES = f"triton {triton.__version__}; rates: {paths.caption() if paths else '-'}"
+DotExplorer(explored, KNOBS, SHOWN, labels=LABELS, caption=RATES)
 
 # %%
 # Where this leads

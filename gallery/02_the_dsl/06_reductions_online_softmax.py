@@ -49,7 +49,7 @@ import tilebook.ops.softmax as sm
 from tilebook.course.aot import compile_many
 from tilebook.course.bench import record_or_measure
 from tilebook.course.check import CorrectnessReport
-from tilebook.course.claims import Claims, speedup
+from tilebook.course.claims import Claims, all_faster, speedup
 from tilebook.course.experiments import reductions as experiment
 from tilebook.course.prose import say
 from tilebook.course.tables import table
@@ -265,24 +265,21 @@ combine_src = (
 share = "All" if listed == adds else "None" if not listed else f"{len(listed)}"
 held = len(library[combine]) if combine else 0
 them = "them" if held == len(adds) else f"{held} of them"
-say(
-    "{share} of the {total} float adds of the PTX {verb} among the lines listed{why}.",
-    share=share,
-    total=len(adds),
-    verb="is" if share == "None" else "are",
-    why=(
-        f": the PTX credits {them} to "
-        f"``{combine_src.strip()}`` (line {combine[1]} of Triton's "
-        f"{os.path.basename(combine[0])}), the combine function ``tl.sum`` adds "
-        "with, "
-        + (
-            "and to the kernel's line that called ``tl.sum`` as well"
-            if listed
-            else "and not to the kernel's line that called ``tl.sum``"
-        )
-    )
+caller = "as well" if listed else "not"
+why = (  # where the adds the listing misses are credited
+    f": the PTX credits {them} to ``{combine_src.strip()}`` (line {combine[1]} of "
+    f"Triton's {os.path.basename(combine[0])}), the combine function ``tl.sum`` adds "
+    f"with, and {caller} to the kernel's line that called ``tl.sum``"
     if combine
-    else "",
+    else ""
+)
+verb = "is" if share == "None" else "are"
+say(
+    "{s} of the {n} float adds of the PTX {v} among the lines listed{why}.",
+    s=share,
+    n=len(adds),
+    v=verb,
+    why=why,
 )
 
 # %%
@@ -308,33 +305,30 @@ say(
 # leave little for the first.
 
 seen = lambda op: ", ".join(f"num_warps={r['warps']}: {r[op]}" for r in counts)
-lowering = Claims("06 reductions", AOT)
-lowering.check(
-    "A tl.sum takes log2(32) shuffles within a warp plus log2(num_warps) across warps",
-    all(r["shfl.sync.bfly"] == math.log2(WARP * r["warps"]) for r in counts),
-    seen("shfl.sync.bfly"),
-)
-lowering.check(
-    "Every float add is one in a thread's registers or one after a shuffle",
-    all(r["add.f32"] == r["per_thread"] - 1 + r["shfl.sync.bfly"] for r in counts),
-    seen("add.f32"),
-)
-lowering.check(
-    "Every float add of the PTX belongs to the tl.sum line or to its combine function",
-    len(adds) == counts[1]["add.f32"]
-    and adds <= listed | set().union(*library.values()),
-    f"num_warps={w}: {len(adds)} adds, {len(listed)} listed, "
-    + ", ".join(
-        f"{len(v)} in {os.path.basename(f)}:{n}" for (f, n), v in library.items()
-    ),
-)
 uses = [(r["warps"] > 1) == (r["bar.sync"] > 0) == (r["st.shared"] > 0) for r in counts]
-lowering.check(
-    "One warp needs no shared memory and no barrier; more warps need both",
-    all(uses),
-    seen("bar.sync"),
+credited = ", ".join(
+    f"{len(v)} in {os.path.basename(f)}:{n}" for (f, n), v in library.items()
 )
-lowering
+LOWERING = {  # claim: (holds, evidence), on the PTX counts of the table
+    "A tl.sum takes log2(32) shuffles in a warp plus log2(num_warps) across warps": (
+        all(r["shfl.sync.bfly"] == math.log2(WARP * r["warps"]) for r in counts),
+        seen("shfl.sync.bfly"),
+    ),
+    "Every float add is one in a thread's registers or one after a shuffle": (
+        all(r["add.f32"] == r["per_thread"] - 1 + r["shfl.sync.bfly"] for r in counts),
+        seen("add.f32"),
+    ),
+    "Every float add of the PTX is the tl.sum line's or its combine function's": (
+        len(adds) == counts[1]["add.f32"]
+        and adds <= listed | set().union(*library.values()),
+        f"num_warps={w}: {len(adds)} adds, {len(listed)} listed, {credited}",
+    ),
+    "One warp needs no shared memory and no barrier; more warps need both": (
+        all(uses),
+        seen("bar.sync"),
+    ),
+}
+Claims("06 reductions", AOT).check_all(LOWERING)
 
 # %%
 # More warps shorten the first level and lengthen the last; no lesson times
@@ -466,13 +460,15 @@ table(repeat.rows, columns, caption=repeat.caption()) if repeat else no_record()
 # %%
 
 got = {r["impl"]: r["distinct"] for r in (repeat.rows if repeat else [])}
-again = Claims("06 reductions", repeat)
 ONE = "atomic_add, one address"
-for way, same in (("partial sums", 1), ("atomic_max", 1), (ONE, 0)):
-    text = f"{way}: {'the same' if same else 'different'} bits from run to run"
-    k = got.get(way)
-    again.check(text, k is not None and (k == 1) == same, f"{k} different results")
-again
+AGAIN = {  # claim: (holds, evidence), on the table's counts
+    f"{way}: {'the same' if same else 'different'} bits from run to run": (
+        got.get(way) is not None and (got.get(way) == 1) == same,
+        f"{got.get(way)} different results",
+    )
+    for way, same in (("partial sums", 1), ("atomic_max", 1), (ONE, 0))
+}
+Claims("06 reductions", repeat).check_all(AGAIN)
 
 # %%
 # A maximum is exact: in whatever order the candidates arrive, the largest
@@ -516,74 +512,78 @@ say(
 # atomics, fewer programs queueing on each.  Beside them, the partial sums and
 # ``torch.sum``, in the same interleaved rounds.
 
+
+def timed(launch):  # one round's timing: do_bench's median in ms
+    return triton.testing.do_bench(launch, warmup=10, rep=40, return_mode="median")
+
+
+def measure_contention():
+    return experiment.contention(atomic_sum, partial_sums, timer=timed)
+
+
 cont = record_or_measure(
     "lesson06_contention",
     "sum of float32 numbers: atomics on fewer or more addresses",
-    lambda: experiment.contention(atomic_sum, partial_sums),
+    measure_contention,
 )
 # the size the record was measured at (experiment.N and BLOCK when it was made)
 sized = cont.rows[0] if cont else {"n": experiment.N, "block": experiment.BLOCK}
-say(
-    "These runs sum {n:,} numbers, {block:,} a program: {p:,} programs, whose "
-    "atomics the rows spread over more and more addresses (the sums above were "
-    "of another size).",
-    n=sized["n"],
-    block=sized["block"],
-    p=experiment.programs(sized["n"], sized["block"]),
-)
+n_cont, b_cont = sized["n"], sized["block"]
+programs = experiment.programs(n_cont, b_cont)
+SIZE = f"{n_cont:,} numbers, {b_cont:,} a program: {programs:,} programs"
 
 # %%
+# The runs sum another number of numbers than the sums above (the table's
+# caption says how many); the rows spread the atomics over more and more
+# addresses, and compare each way with the partial sums (the speed ratio, above
+# 1 where the way is faster).
 
 ref = cont.one(impl="partial sums") if cont is not None else None
 
 
 def against(r: dict) -> str:
     vs = speedup(r, ref)
-    return "faster than" if vs.faster else "slower than" if vs.slower else "level with"
+    said = "faster than" if vs.faster else "slower than" if vs.slower else "level with"
+    return f"{said} ({vs.ratio:.2f})"
 
 
 columns = {"way": "impl", "addresses": lambda r: r["slots"] or ""}
 columns |= {"programs each": lambda r: f"{r['per_address']:,}" if r["slots"] else ""}
 columns |= {"µs": lambda r: f"{1e3 * r['median_ms']:.1f}", "GB/s": ("gbps", "{:,.0f}")}
 columns |= {"against partial sums": lambda r: "" if r is ref else against(r)}
-table(cont.rows, columns, caption=cont.caption()) if cont else no_record()
+table(cont.rows, columns, caption=f"{SIZE}; {cont.caption()}") if cont else no_record()
 
 # %%
 
 slots = lambda r: r["slots"]
 spread = sorted(cont.select(impl="atomic_add"), key=slots) if cont else []
-pairs = [(a, b, speedup(b, a)) for a, b in itertools.pairwise(spread)]
-costs = Claims("06 reductions", cont)
+pairs = {
+    (str(b["slots"]), str(a["slots"])): speedup(b, a)
+    for a, b in itertools.pairwise(spread)
+}
+gains = list(pairs.values())
 knee = spread[-2]["slots"] if cont else 0
-costs.check(
+WIDER = (
     f"Each wider spread pays up to {knee:,} addresses; the step past that gains less "
-    "than the one before it, if anything",
-    all(c.faster for *_, c in pairs[:-1])
-    and len(pairs) > 1
-    and pairs[-1][2].high < pairs[-2][2].low,  # the two spreads apart
-    "; ".join(c.evidence(str(b["slots"]), str(a["slots"])) for a, b, c in pairs),
 )
-costs
+Claims("06 reductions", cont).check_all(
+    {
+        WIDER + "than the one before it, if anything": lambda: (
+            all_faster(dict(list(pairs.items())[:-1]))[0]
+            and len(gains) > 1
+            and gains[-1].high < gains[-2].low,  # the two spreads apart
+            "; ".join(c.evidence(a, b) for (a, b), c in pairs.items()),
+        )
+    }
+)
 
 # %%
 
-QUEUE = "The atomics are the same in both: what costs is the queue on one address."
-say(
-    "With all {p:,} programs adding into one address, the sum runs {a} the partial "
-    "sums ({ra:.2f} times their speed); with {k:,} programs on each of {s:,} "
-    "addresses, {b} them ({rb:.2f}).  {why}",
-    p=spread[0]["programs"],
-    a=against(spread[0]),
-    ra=speedup(spread[0], ref).ratio,
-    k=spread[-1]["per_address"],
-    s=spread[-1]["slots"],
-    b=against(spread[-1]),
-    rb=speedup(spread[-1], ref).ratio,
-    why=QUEUE if pairs and speedup(spread[0], spread[-1]).slower else "",
-) if cont else no_record()
 
 # %%
-# Atomics are the simple way where the last bits do not matter (integer sums
+# With one address all programs queue behind each other; spread over more,
+# fewer queue on each.  The atomics are the same in every row: what costs is the
+# queue on one address.  Atomics are the simple way where the last bits do not matter (integer sums
 # are exact in any order).  A float sum that must repeat stores partials and
 # reduces them in a fixed order, as lesson 11 does.
 #
@@ -740,21 +740,21 @@ final.assert_ok()
 
 stepper = OnlineSoftmaxStepper(initial={"row": "spike last", "block": 4})
 settings = stepper.settings()
-steps = Claims("06 reductions", "every setting of the stepper, computed in float64")
-steps.check(
-    "With the rescale, every row and block length gives the true softmax",
-    all(r["verdict"] == "ok" for r in settings if r["knobs"]["rescale"] == "on"),
-    f"{len(settings) // 2} settings",
-)
 skip = [r for r in settings if r["knobs"]["rescale"] == "skip"]
-steps.check(
-    "Skipping it is wrong exactly where the maximum grows after the first block",
-    all((r["verdict"] == "wrong") == (r["rescales"] > 0) for r in skip),
-    ", ".join(
-        f"{r['knobs']['row']}/{r['knobs']['block']}: {r['verdict']}" for r in skip
+STEPPED = {  # claim: (holds, evidence), on every setting of the stepper
+    "With the rescale, every row and block length gives the true softmax": (
+        all(r["verdict"] == "ok" for r in settings if r["knobs"]["rescale"] == "on"),
+        f"{len(settings) // 2} settings",
     ),
-)
-steps
+    "Skipping it is wrong exactly where the maximum grows after the first block": (
+        all((r["verdict"] == "wrong") == (r["rescales"] > 0) for r in skip),
+        ", ".join(
+            f"{r['knobs']['row']}/{r['knobs']['block']}: {r['verdict']}" for r in skip
+        ),
+    ),
+}
+FLOAT64 = "every setting of the stepper, computed in float64"
+Claims("06 reductions", FLOAT64).check_all(STEPPED)
 
 # %%
 

@@ -150,15 +150,23 @@ report.assert_ok()
 #
 # :mod:`tilebook.course.experiments.vector_add` times :func:`tilebook.vector_add` (the
 # kernel above, launched with the package's setting: where that comes from is
-# the next section) against ``torch.add`` with ``triton.testing.do_bench``,
-# which empties the :term:`L2` cache before each call and reports the median
-# of many calls.  The two run in interleaved rounds, so the p20-p80 :term:`spread`
-# includes the drift of the GPU's clocks.  On a CPU,
+# the next section) against ``torch.add`` with ``time_ms`` below, one call of
+# ``triton.testing.do_bench``, which empties the :term:`L2` cache before each
+# call and reports the median of many calls.  The two run in interleaved
+# rounds, so the p20-p80 :term:`spread` includes the drift of the GPU's
+# clocks.  On a CPU,
 # :func:`tilebook.course.bench.record_or_measure` shows the record committed from a GPU
 # run instead, and the plot says where it was measured.
 
+
+def time_ms(fn):
+    return triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
+
+
 sizes = record_or_measure(
-    "lesson07_sizes", "vector_add, float32: GB/s by size", experiment.sizes
+    "lesson07_sizes",
+    "vector_add, float32: GB/s by size",
+    lambda: experiment.sizes(timer=time_ms),
 )
 copy = sizes.provenance["copy_gbps"]
 fig = plot_record(
@@ -180,24 +188,21 @@ fig = plot_record(
 # (``tilebook.course.claims.MIN_NOISE``); "tie" otherwise.
 
 ex = sizes.values("log2n")
-NAMED = {
-    n: {e: sizes.one(log2n=e, impl=n) for e in ex} for n in ("tilebook", "torch.add")
-}
-ours, theirs = NAMED.values()
-vs = {e: speedup(ours[e], theirs[e]) for e in ex}
+at = {e: {i: sizes.one(log2n=e, impl=i) for i in ("tilebook", "torch.add")} for e in ex}
+vs = {e: speedup(r["tilebook"], r["torch.add"]) for e, r in at.items()}
 table(
-    [{"e": e, "a": ours[e], "b": theirs[e], "vs": vs[e]} for e in ex],
+    [{"e": e, **r} for e, r in at.items()],
     {
         "n": lambda r: f"2^{r['e']}",
-        "tilebook µs": lambda r: f"{1e3 * r['a']['median_ms']:.1f}",
-        "torch.add µs": lambda r: f"{1e3 * r['b']['median_ms']:.1f}",
-        "tilebook GB/s": lambda r: f"{r['a']['gbps']:,.0f}",
-        "of the copy (tilebook, torch.add)": lambda r: (
-            f"{r['a']['gbps'] / copy:.0%}, {r['b']['gbps'] / copy:.0%}"
+        **{
+            f"{i} µs": lambda r, i=i: f"{1e3 * r[i]['median_ms']:.1f}"
+            for i in at[ex[0]]
+        },
+        "tilebook GB/s": lambda r: f"{r['tilebook']['gbps']:,.0f}",
+        "of the copy (tilebook, torch.add)": lambda r: ", ".join(
+            f"{r[i]['gbps'] / copy:.0%}" for i in at[ex[0]]
         ),
-        "": lambda r: (
-            "tie" if r["vs"].tied else ("ahead" if r["vs"].faster else "behind")
-        ),
+        "": lambda r: vs[r["e"]].verdict,
     },
     caption=sizes.caption(),
 )
@@ -219,38 +224,37 @@ def from_size(ok):
 
 near = from_size(lambda r: r["gbps"] >= NEAR_COPY * copy)
 tie = from_size(lambda r: vs[r["log2n"]].tied)
-small = ex[:3]
-t_torch = [theirs[e]["median_ms"] for e in small]
+t_torch = [at[e]["torch.add"]["median_ms"] for e in ex[:3]]
 grows = t_torch[-1] / t_torch[0]
-behind = [e for e in ex if vs[e].slower]
+behind = [f"2^{e}" for e in ex if vs[e].slower]
 top = max(sizes.rows, key=lambda r: r["gbps"])
-
-claims = Claims("07 vector_add", sizes)
-claims.check(
-    "Both tilebook and torch.add come close to the copy line at the largest sizes",
-    near is not None,
-    f"both from 2^{near} on",
+Claims("07 vector_add", sizes).check_all(
+    {
+        "Both tilebook and torch.add come close to the copy line at the largest "
+        "sizes": (
+            near is not None,
+            f"both from 2^{near} on",
+        ),
+        "Where both are close to the copy line, tilebook and torch.add tie": (
+            near is not None and tie is not None and tie <= near,
+            "; ".join(
+                f"2^{e}: {vs[e].evidence('tilebook', 'torch.add')}" for e in ex[-3:]
+            ),
+        ),
+        f"No size of either runs more than {ABOVE_COPY:.0%} faster than the copy": (
+            top["gbps"] <= (1 + ABOVE_COPY) * copy,
+            f"the fastest: {top['impl']} at 2^{top['log2n']}, {top['gbps'] / copy:.0%}",
+        ),
+        "At the smallest sizes the time of torch.add hardly grows with the bytes": (
+            grows < 2,
+            f"{2 ** (ex[2] - ex[0])}x the bytes: {grows:.2f}x the time",
+        ),
+    }
 )
-claims.check(
-    "Where both are close to the copy line, tilebook and torch.add tie",
-    near is not None and tie is not None and tie <= near,
-    "; ".join(f"2^{e}: {vs[e].evidence('tilebook', 'torch.add')}" for e in ex[-3:]),
-)
-claims.check(
-    f"No size of either runs more than {ABOVE_COPY:.0%} faster than the copy",
-    top["gbps"] <= (1 + ABOVE_COPY) * copy,
-    f"the fastest: {top['impl']} at 2^{top['log2n']}, {top['gbps'] / copy:.0%} of it",
-)
-claims.check(
-    "At the smallest sizes the time of torch.add hardly grows with the bytes",
-    grows < 2,
-    f"{2 ** (small[-1] - small[0])}x the bytes: {grows:.2f}x the time",
-)
-claims
 
 # %%
 
-regimes = say(
+say(
     "Both reach {near:.0%} of the copy from 2^{e} elements on (three "
     "tensors of {mib:,.0f} MiB each), and from 2^{tie} on they tie at every size. "
     "At the smallest sizes torch.add takes {lo:.1f} to {hi:.1f} µs whatever the "
@@ -262,11 +266,10 @@ regimes = say(
     tie=tie,
     lo=1e3 * min(t_torch),
     hi=1e3 * max(t_torch),
-    ahead=f"Below 2^{tie}, torch.add is ahead at {', '.join(f'2^{e}' for e in behind)}."
+    ahead=f"Below 2^{tie}, torch.add is ahead at {', '.join(behind)}."
     if behind
     else "",
 )
-regimes
 
 # %%
 # Host time or GPU time?
@@ -281,26 +284,18 @@ regimes
 # calls once as a CUDA graph and replays them with no host work at all.  The
 # do_bench times are in the table above.
 
-split = [e for e in ex if "gpu_us" in ours[e]]
+split = [{"e": e, **r} for e, r in at.items() if "gpu_us" in r["tilebook"]]
 if split:
-    shown = table(
-        [{"e": e, "a": ours[e], "b": theirs[e]} for e in split],
-        {
-            "n": lambda r: f"2^{r['e']}",
-            "tilebook, GPU µs": lambda r: f"{r['a']['gpu_us']:.1f}",
-            "torch.add, GPU µs": lambda r: f"{r['b']['gpu_us']:.1f}",
-            "tilebook, host µs": lambda r: f"{r['a']['host_us']:.1f}",
-            "torch.add, host µs": lambda r: f"{r['b']['host_us']:.1f}",
+    table(
+        split,
+        {"n": lambda r: f"2^{r['e']}"}
+        | {
+            f"{i}, {k} µs": lambda r, i=i, k=k: f"{r[i][k.lower() + '_us']:.1f}"
+            for k in ("GPU", "host")
+            for i in at[ex[0]]
         },
         caption=f"medians over the rounds; {sizes.caption()}",
     )
-else:
-    shown = say(
-        "The record shown ({cap}) holds no host or GPU times: it was measured "
-        "before this page split them, and a GPU build of the page measures them.",
-        cap=sizes.caption(),
-    )
-shown
 
 # %%
 # What the split says, checked on the data above.  Where tilebook trails, its
@@ -310,139 +305,16 @@ shown
 # the two p20-p80 spreads, the ends that make the difference smallest
 # (:func:`~tilebook.course.experiments.vector_add.explain_gap`): a part that differs
 # by much less than the gap cannot account for it.
-
-
-def part(r, key):
-    """A row's host or GPU times (µs) as a timed row for ``speedup``: units cancel."""
-    names = {"median_ms": "_us", "p20_ms": "_p20_us", "p80_ms": "_p80_us"}
-    return {field: r[key + name] for field, name in names.items()}
-
+# :func:`~tilebook.course.experiments.vector_add.read_split` checks these claims
+# and says what the split shows.
 
 EXPLAINS = experiment.EXPLAINS
-host = {e: speedup(part(ours[e], "host"), part(theirs[e], "host")) for e in split}
-gaps = {e: experiment.explain_gap(ours[e], theirs[e]) for e in behind if e in split}
-why = {}  # at each size where tilebook trails: which part explains the gap
-for e, g in gaps.items():
-    why.setdefault(g.kind, []).append(e)
-at = {kind: ", ".join(f"2^{e}" for e in es) for kind, es in why.items()}
-split_claims = Claims("07 vector_add", sizes) if split else None
-first = [(e, n, r) for e in small if e in split for n, r in NAMED.items()]
-if split:
-    split_claims.check(
-        "At the smallest sizes a call replayed from a graph takes the GPU less time "
-        "than do_bench measures, for both: do_bench adds a kernel's start and an "
-        "emptied L2 cache",
-        bool(first)
-        and all(r[e]["gpu_p80_us"] < 1e3 * r[e]["p20_ms"] for e, _, r in first),
-        "; ".join(f"{n} at 2^{e}: {r[e]['gpu_us']:.1f} µs" for e, n, r in first),
-    )
-
-
-def differences(es, median, low):
-    """At sizes ``es``: tilebook's time less torch.add's in one part, and the gap."""
-    return "; ".join(
-        f"2^{e}: {getattr(gaps[e], median):+.1f} µs ({getattr(gaps[e], low):+.1f} at "
-        f"the nearest ends) of a gap of {gaps[e].gap_us:.1f} µs"
-        for e in es
-    )
-
-
-for kind, es in why.items():
-    for name, median, parts in (
-        ("kernel alone", "kernel_us", ("kernel", "both")),
-        ("host time", "host_us", ("host", "both")),
-    ):
-        low = median.replace("_us", "_low_us")
-        word = "at least" if kind in parts else "less than"
-        split_claims.check(
-            f"At {at[kind]}, tilebook's {name} is longer than torch.add's by {word} "
-            f"{EXPLAINS:.0%} of the gap, at the spreads' nearest ends",
-            all(
-                (getattr(gaps[e], low) >= EXPLAINS * gaps[e].gap_us) == (kind in parts)
-                for e in es
-            ),
-            differences(es, median, low),
-        )
+split_claims = Claims("07 vector_add", sizes)
+verdict = experiment.read_split(sizes, split_claims)
 split_claims
 
 # %%
 
-SAYS = {
-    "kernel": "the kernel can account for the gap; the host cannot.",
-    "host": "the host can account for the gap (the GPU waiting for a launch that "
-    "the host has not finished); the kernel cannot.",
-    "both": "the kernel and the host could each account for the gap.",
-    "neither": "neither is longer by {share:.0%} of the gap at the spreads' nearest "
-    "ends, so neither explains it.  This split cannot see what do_bench adds "
-    "around a lone kernel and a graph replay does not: an emptied L2 cache and a "
-    "kernel's start.",
-}
-GAP = (
-    "At {at}, tilebook's call takes {gap} µs longer than torch.add's under "
-    "do_bench.  Subtracting torch.add's times from tilebook's leaves {kernel} µs "
-    "for the kernels alone on the GPU and {host} µs for one call's host time.  So "
-)
-# Where the host's extra time is longer than the whole gap, the GPU did something
-# else during part of it: in do_bench's loop, empty the L2 cache before each call.
-OVERLAP = (
-    "The host's extra time is longer than the gap itself: part of it passes while "
-    "the GPU empties the L2 cache, which do_bench does before each call."
-)
-
-
-def span(values, fmt="{:.1f}"):
-    """``values`` as one figure, or as the range from the smallest to the largest."""
-    lo, hi = fmt.format(min(values)), fmt.format(max(values))
-    return lo if lo == hi else f"{lo} to {hi}"
-
-
-verdict = None
-if split:
-    t, a = ([r[e]["host_us"] for e in split] for r in (ours, theirs))
-    verdict = say(
-        "A call costs the host {t} µs in tilebook and {a} µs in torch.add (the "
-        "medians); tilebook's is the longer, beyond the spread, at {n} of {m} sizes.  "
-        "Its Python checks the inputs and goes through the autotuner and Triton's "
-        "launcher; torch.add dispatches in C++.",
-        t=f"{min(t):.1f} to {max(t):.1f}",
-        a=f"{min(a):.1f} to {max(a):.1f}",
-        n=sum(host[e].slower for e in split),
-        m=len(split),
-    )
-elif behind:
-    verdict = say(
-        "Without host and GPU times, this record cannot say why torch.add is ahead "
-        "at {sizes}.",
-        sizes=", ".join(f"2^{e}" for e in behind),
-    )
-for kind, es in why.items():
-    said = {
-        "at": at[kind],
-        "gap": span([gaps[e].gap_us for e in es]),
-        "kernel": span([gaps[e].kernel_us for e in es], "{:+.1f}"),
-        "host": span([gaps[e].host_us for e in es], "{:+.1f}"),
-    }
-    if kind == "neither":
-        said["share"] = EXPLAINS
-    verdict += say(GAP + SAYS[kind], **said)
-    if kind in ("host", "both") and all(gaps[e].host_us > gaps[e].gap_us for e in es):
-        verdict += say(OVERLAP)
-level = [e for e in split if e not in behind]  # where tilebook is not behind
-if why and level:
-    extra = [ours[e]["host_us"] - theirs[e]["host_us"] for e in level]
-    trailing = [g.host_us for g in gaps.values()]
-    alike = min(extra) >= 0.8 * min(trailing) and max(extra) <= 1.25 * max(trailing)
-    verdict += say(
-        "Where tilebook is not behind ({at}) its host time is longer by {extra} µs, "
-        "against {trail} µs where it trails{so}.",
-        at=", ".join(f"2^{e}" for e in level),
-        extra=span(extra, "{:+.1f}"),
-        trail=span(trailing, "{:+.1f}"),
-        so=": the extra host time is there at every size, so it does not decide "
-        "alone which sizes trail"
-        if alike
-        else "",
-    )
 verdict
 
 # %%
@@ -465,7 +337,7 @@ SLOW = 0.9
 sweep = record_or_measure(
     "lesson07_launch",
     "vector_add, float32, 2^26 elements: GB/s by launch setting",
-    experiment.launch_settings,
+    lambda: experiment.launch_settings(timer=time_ms),
 )
 best = max(r["gbps"] for r in sweep.rows)
 slow = [r for r in sweep.rows if r["gbps"] < SLOW * best]
@@ -590,38 +462,37 @@ per_program = speedup(*pair)
 spilled = [r for r in shown if compiled[r["setting"]].spill_stores_bytes]
 package = sweep.one(**chosen)
 clean = compiled[shown[1]["setting"]]
-launch = Claims("07 vector_add", sweep)
-launch.check(
-    "At the smallest block one warp and two tie, and both are slow",
-    per_program.tied and all(r in slow for r in pair),
-    per_program.evidence("one warp", "two warps"),
+Claims("07 vector_add", sweep).check_all(
+    {
+        "At the smallest block one warp and two tie, and both are slow": (
+            per_program.tied and all(r in slow for r in pair),
+            per_program.evidence("one warp", "two warps"),
+        ),
+        "Every setting that spills is slow": (
+            bool(spilled) and all(r in slow for r in spilled),
+            ", ".join(
+                f"{r['setting']}: {r['gbps'] / best:.0%} of the best" for r in spilled
+            ),
+        ),
+        "Every slow setting is of one of the three kinds": (
+            all(note(r) for r in slow),
+            f"{len(slow)} slow settings of {len(sweep.rows)}",
+        ),
+        "At the smallest block the compiled code is clean: no spills, "
+        "16-byte loads only": (
+            not clean.spill_stores_bytes and clean.count(r"LDG\.E(?!\.128)") == 0,
+            clean.summary(),
+        ),
+        "The settings that are not slow form a plateau: all are among the best": (
+            all(r["gbps"] >= NEAR_BEST * best for r in sweep.rows if r not in slow),
+            f"{len(sweep.rows) - len(slow)} settings",
+        ),
+        "The package's setting is among the best measured": (
+            package["gbps"] >= NEAR_BEST * best,
+            f"{package['setting']}: {package['gbps'] / best:.0%} of the best",
+        ),
+    }
 )
-launch.check(
-    "Every setting that spills is slow",
-    bool(spilled) and all(r in slow for r in spilled),
-    ", ".join(f"{r['setting']}: {r['gbps'] / best:.0%} of the best" for r in spilled),
-)
-launch.check(
-    "Every slow setting is of one of the three kinds",
-    all(note(r) for r in slow),
-    f"{len(slow)} slow settings of {len(sweep.rows)}",
-)
-launch.check(
-    "At the smallest block the compiled code is clean: no spills, 16-byte loads only",
-    not clean.spill_stores_bytes and clean.count(r"LDG\.E(?!\.128)") == 0,
-    clean.summary(),
-)
-launch.check(
-    "The settings that are not slow form a plateau: all are among the best",
-    all(r["gbps"] >= NEAR_BEST * best for r in sweep.rows if r not in slow),
-    f"{len(sweep.rows) - len(slow)} settings",
-)
-launch.check(
-    "The package's setting is among the best measured",
-    package["gbps"] >= NEAR_BEST * best,
-    f"{package['setting']}: {package['gbps'] / best:.0%} of the best",
-)
-launch
 
 # %%
 # What the package adds

@@ -35,7 +35,8 @@ The finished op is :func:`tilebook.rms_norm` (kernels, launchers and its
 # :mod:`tilebook` is imported first, so that it can choose between the GPU and
 # Triton's interpreter before Triton loads.  The measurements of this page are
 # defined once, for the lesson and for ``benchmarks/rms_norm.py``, in
-# :mod:`tilebook.course.experiments.rms_norm` (``exp`` below).
+# :mod:`tilebook.course.experiments.rms_norm` (``exp`` below), with the tables,
+# sentences and claims the page makes of them.
 
 import tilebook
 
@@ -47,13 +48,11 @@ import triton.language as tl
 
 from tilebook.course.bench import record_or_measure
 from tilebook.course.check import CorrectnessReport, default_tolerance
-from tilebook.course.claims import Claims, speedup
+from tilebook.course.claims import Claims
 from tilebook.course.datasheet import fact
 from tilebook.course.experiments import rms_norm as exp
 from tilebook.ops import rms_norm as package
 from tilebook.course.plots import plot_record
-from tilebook.course.prose import say
-from tilebook.course.tables import Table, table
 from tilebook.course.widgets import SweepExplorer
 
 print(tilebook.banner())
@@ -152,24 +151,7 @@ for h in (7, 1000, *HIDDEN):
 # %%
 
 PER = {2**k: 2**k / (32 * warps_for(2**k)) for k in range(3, 17)}  # BLOCK_N: values
-steady = max(PER.values(), key=list(PER.values()).count)
-flat = [b for b, v in PER.items() if v == steady]
-say(
-    "So a thread holds {steady:g} of the row's values only from {lo} to {hi} columns "
-    "(``BLOCK_N``): enough for 16-byte loads, few enough for registers.  Below {lo} "
-    "one warp takes the row, and a thread holds fewer, down to {p0:g} at {b0}, where "
-    "threads hold copies of each other's values.  Above {hi} the warps stop at {w}, "
-    "and a thread holds more: {p1:g} at {b1}, where the lesson's kernels fall apart "
-    "(below).",
-    steady=steady,
-    lo=flat[0],
-    hi=flat[-1],
-    b0=min(PER),
-    p0=PER[min(PER)],
-    w=warps_for(max(PER)),
-    p1=PER[max(PER)],
-    b1=max(PER),
-)
+exp.say_per_thread(PER, warps_for)
 
 # %%
 # The backward pass, on paper
@@ -301,22 +283,20 @@ print("dw identical, bit for bit, over three runs:", same)
 GRID_H = 8192
 
 
+def timed(launch):  # one round's timing of one launch: do_bench's median, in ms
+    return triton.testing.do_bench(launch, warmup=10, rep=40, return_mode="median")
+
+
 def grid_sweep():
     grids = {"one per row": exp.ELEMENTS // GRID_H}
     grids |= {f"{k} per SM": k * SM_COUNT for k in (1, 2, 4)}
     pairs = {g: (forward, partial(backward, programs=p)) for g, p in grids.items()}
-    rows = exp.kernels(pairs, GRID_H, passes=["backward"])
+    rows = exp.kernels(pairs, GRID_H, passes=["backward"], timer=timed)
     return [{**r, "programs": grids[r["impl"]]} for r in rows]
 
 
-def rate(r):  # GB/s at the median time, and at the p80 and p20 times
-    f = r["gbps"] * r["median_ms"]
-    return f"{r['gbps']:,.0f} ({f / r['p80_ms']:,.0f}-{f / r['p20_ms']:,.0f})"
-
-
 grid = record_or_measure("lesson11_grid", "rms_norm backward by grid", grid_sweep)
-columns = {"grid": "impl", "programs": "programs", "GB/s (spread)": rate}
-table(grid.rows, columns, caption=f"{exp.ELEMENTS:,} values a tensor; {grid.caption()}")
+exp.grid_table(grid)
 
 # %%
 # The slow end is plain.  The rest is read with the spread, where a gap inside
@@ -325,35 +305,17 @@ table(grid.rows, columns, caption=f"{exp.ELEMENTS:,} values a tensor; {grid.capt
 # rows and few large ones for long rows.
 
 
-def verdict(c):
-    return "faster" if c.faster else "slower" if c.slower else "level"
-
-
 def grid_for(n_cols: int, sms: int = SM_COUNT) -> int:
     per_sm = package.BWD_WARPS_PER_SM // warps_for(triton.next_power_of_2(n_cols))
     return sms * max(1, per_sm)
 
 
-best = max(grid.rows, key=lambda r: r["gbps"])
-c = speedup(best, grid.one(impl="one per row"))
-claims = Claims("11 rms_norm", grid)
-claims.check("A grid sized from the SMs beats one per row", c.faster, c.evidence())
+Claims("11 rms_norm", grid).check_all(exp.grid_claims(grid))
 
 # %%
 sms = grid.provenance["sm_count"]  # of the GPU that measured, read anywhere
 choice = grid.one(impl=f"{grid_for(GRID_H, sms) // sms} per SM")
-cmp = speedup(choice, best)
-say(
-    "Sized from the SM count, the grid runs {r:.2f} times as fast as one program per "
-    "row, which pays for its partial buffer.  The package's rule, {warps} warps on "
-    "each SM, gives {choice} at this width: {v}.",
-    r=c.ratio,
-    warps=package.BWD_WARPS_PER_SM,
-    choice=choice["impl"],
-    v="the fastest grid measured"
-    if choice is best
-    else f"{verdict(cmp)} against the fastest, {best['impl']} ({cmp.ratio:.2f})",
-)
+exp.say_grid(grid, choice)
 
 # %%
 # What the package adds, measured
@@ -386,16 +348,15 @@ def steps_sweep():
             one_row = {"rows_per_program": 1, "num_warps": warps_for(block)}
             fwds["hint only"] = package_fwd(**one_row)
         pairs = {k: (f, lesson_bwd) for k, f in fwds.items()}
-        rows += exp.kernels(pairs, h, passes=["forward"])
+        rows += exp.kernels(pairs, h, passes=["forward"], timer=timed)
         bwds = {"lesson": lesson_bwd, "package": package.launch_rms_norm_bwd}
         pairs = {k: (forward, b) for k, b in bwds.items()}
-        rows += exp.kernels(pairs, h, passes=["backward"])
+        rows += exp.kernels(pairs, h, passes=["backward"], timer=timed)
     return rows
 
 
 steps = record_or_measure("lesson11_steps", "rms_norm: lesson vs package", steps_sweep)
-columns = {"pass": "pass", "H": "hidden", "kernel": "impl", "GB/s (spread)": rate}
-table(steps.rows, columns, caption=steps.caption())
+exp.steps_table(steps)
 
 # %%
 # What each addition buys, as a ratio of speeds with its spread.  Which
@@ -404,55 +365,16 @@ table(steps.rows, columns, caption=steps.caption())
 # :func:`~tilebook.ops.rms_norm.bwd_config` and the chunking thresholds):
 
 (short, mid, long_h), tol = HIDDEN, default_tolerance(exp.DTYPE)
-to_tol = lambda e: f"largest error {e:.1e} against tolerance {tol:.1e}"
-_, rows_f, warps_f = package.fwd_config(short)
-_, rows_b, warps_b, _ = package.bwd_config(short)
-READINGS = [  # pass, width, the kernel, against, what it adds
-    ("forward", short, "hint only", "lesson", "the eviction hint"),
-    ("forward", short, "package", "hint only", f"{rows_f} rows, {warps_f} warps"),
-    ("forward", mid, "package", "lesson", "the eviction hint"),
-    ("forward", long_h, "package", "lesson", "the chunked kernel"),
-    ("backward", short, "package", "lesson", f"{rows_b} rows a step, {warps_b} warps"),
-    ("backward", mid, "package", "lesson", "its kernel on the lesson's launch"),
-    ("backward", long_h, "package", "lesson", "the chunked kernels"),
-]
-claims, cells, ratio = Claims("11 rms_norm", steps), [], {}
-for p, h, a, b, adds in READINGS:
-    c = speedup(*(steps.one(hidden=h, impl=k, **{"pass": p}) for k in (a, b)))
-    cells.append([p, h, adds, f"{c.ratio:.2f} ({c.low:.2f}-{c.high:.2f})", verdict(c)])
-    ratio[p, h, a] = c.ratio
-    if h == long_h:
-        claims.check(f"The chunked {p} beats the lesson's", c.faster, c.evidence())
-chunked = min(v for k, v in ratio.items() if k[1] == long_h)
-rest = [v for k, v in ratio.items() if k[1] != long_h]
-claims.check("The chunked kernels are the largest step", chunked > max(rest))
-worst = max(r[k] for r in steps.rows for k in ("err_y", "err_dx", "err_dw"))
-claims.check("Every kernel timed is right to tolerance", worst <= tol, to_tol(worst))
-Table(["pass", "H", "adds", "speed ratio (spread)", "verdict"], cells)
+exp.additions_table(steps, HIDDEN)
 
 # %%
-claims
+Claims("11 rms_norm", steps).check_all(exp.additions_claims(steps, HIDDEN, tol))
 
 # %%
-
-found = {}  # verdict -> the additions that got it
-for p, h, adds, _, v in cells:
-    found.setdefault(v, []).append(f"{adds} ({p}, {h} columns)")
-listed = {
-    v: "; ".join(found.get(v, [])) or "none" for v in ("faster", "level", "slower")
-}
-say(
-    "Faster than the kernel it adds to, beyond the spread: {faster}.  Level, buying "
-    "nothing measurable on this GPU: {level}.  Slower: {slower}{why}.",
-    **listed,
-    why=", where the package's launch loses to the lesson's: its configuration "
-    "comes from a tuning run on one GPU, which ``benchmarks/rms_norm.py --tune`` "
-    "repeats on another"
-    if "slower" in found
-    else "",
-)
-
-# %%
+# Where the package's launch is slower than the lesson's, its configuration
+# comes from a tuning run on one GPU, which ``benchmarks/rms_norm.py --tune``
+# repeats on another.
+#
 # **Long rows.**  The chunked kernels are the large step.  Why the lesson's
 # kernels fall apart at long rows is arithmetic on the launch configuration.  An SM has
 # :datasheet:`cuda.registers_per_sm`, shared by the threads of its programs, and a
@@ -470,18 +392,7 @@ def per_thread(h):
 
 
 need, most = per_thread(long_h)
-say(
-    "At {h} columns a program has {t} threads, so each may use at most {b:.0f} "
-    "registers; the backward needs {v} values a thread (shares of ``x``, ``dy``, "
-    "``w`` and ``dw``), the forward half as many.  The package hands rows longer "
-    "than {fc} columns (forward) and {bc} (backward) to chunked kernels.",
-    fc=package.FWD_CHUNKED_THRESHOLD,
-    bc=package.BWD_CHUNKED_THRESHOLD,
-    h=long_h,
-    t=32 * warps_for(long_h),
-    b=most,
-    v=need,
-)
+exp.say_long_rows(long_h, 32 * warps_for(long_h), need, most)
 
 # %%
 # A chunked kernel's registers scale with a chunk, not with ``H``.  The
@@ -506,9 +417,12 @@ say(
 # and pass, this page's time budget cannot pay.  The bands are the p20-p80
 # spread over interleaved rounds.
 
-vs = record_or_measure(
-    "lesson11_versus", "rms_norm vs PyTorch", lambda: exp.versus(exp.ops(False), HIDDEN)
-)
+
+def measure_versus():
+    return exp.versus(exp.ops(False), HIDDEN, timer=timed)
+
+
+vs = record_or_measure("lesson11_versus", "rms_norm vs PyTorch", measure_versus)
 style = {"x": "hidden", "y": "gbps", "series": "impl", "logx": True}
 style |= {"ceiling": vs.provenance["copy_gbps"], "ylabel": "GB/s that must move"}
 plot_record(vs, where={"pass": "forward"}, title="forward, bf16", **style)
@@ -522,25 +436,10 @@ plot_record(vs, where={"pass": "backward"}, title="backward (autograd), bf16", *
 # it falls on can change from run to run.
 
 
-def against_torch(r):
-    torch_row = vs.one(hidden=r["hidden"], impl="F.rms_norm", **{"pass": r["pass"]})
-    return speedup(r, torch_row)
-
-
-columns = {"pass": "pass", "H": "hidden", "tilebook GB/s": rate}
-columns["vs F.rms_norm"] = lambda r: (
-    f"{against_torch(r).ratio:.2f} ({verdict(against_torch(r))})"
-)
-table(vs.rows, columns, where={"impl": "tilebook"}, caption=vs.caption())
+exp.versus_table(vs)
 
 # %%
-claims = Claims("11 rms_norm", vs)
-for h in HIDDEN:
-    c = against_torch(vs.one(impl="tilebook", hidden=h, **{"pass": "forward"}))
-    text = f"tilebook's forward beats F.rms_norm's at {h}"
-    claims.check(text, c.faster, c.evidence())
-worst = max(r[k] for r in vs.rows for k in ("err_y", "err_dx", "err_dw"))
-claims.check("Both compute the same, to bf16 tolerance", worst <= tol, to_tol(worst))
+Claims("11 rms_norm", vs).check_all(exp.versus_claims(vs, HIDDEN, tol))
 
 # %%
 # The backward through autograd includes the host's work around the kernels:
@@ -548,21 +447,7 @@ claims.check("Both compute the same, to bf16 tolerance", worst <= tol, to_tol(wo
 # launcher alone, in the table of refinements, includes none of it, and
 # do_bench leaves the GPU idle between calls, where host time shows:
 
-pick = {"hidden": mid, "pass": "backward"}
-c = speedup(vs.one(impl="tilebook", **pick), steps.one(impl="package", **pick))
-bwd_rows = {h: vs.one(impl="tilebook", **pick | {"hidden": h}) for h in HIDDEN}
-vs_torch = {h: against_torch(r) for h, r in bwd_rows.items()}
-say(
-    "At {mid} columns the package's backward through autograd runs at {r:.2f} times "
-    "the speed of its launcher alone (spread {lo:.2f} to {hi:.2f}: {v}).  Against "
-    "``F.rms_norm``'s backward it is {w}.",
-    mid=mid,
-    r=c.ratio,
-    lo=c.low,
-    hi=c.high,
-    v=verdict(c),
-    w="; ".join(f"{verdict(v)} at {h}" for h, v in vs_torch.items()),
-)
+exp.say_autograd(vs, steps, mid, HIDDEN)
 
 # %%
 # Accumulating in bf16
@@ -614,17 +499,22 @@ PAIRS = {
     "fp32": (forward, lesson_bwd),
     "bf16": (forward, partial(lesson_bwd, kernel=bwd_kernel_bf16)),
 }
-sweep = lambda: [r for h in HIDDEN for r in exp.kernels(PAIRS, h, passes=["step"])]
-accuracy = record_or_measure("lesson11_accumulate", "rms_norm: accumulate in", sweep)
+
+
+def accumulate_sweep():
+    return [
+        r for h in HIDDEN for r in exp.kernels(PAIRS, h, passes=["step"], timer=timed)
+    ]
+
+
+accuracy = record_or_measure(
+    "lesson11_accumulate", "rms_norm: accumulate in", accumulate_sweep
+)
 sms = accuracy.provenance["sm_count"]
 
 
-def cost(r):  # each output's error over what rounding the exact answer to bf16 costs
-    return {k: r[f"err_{k}"] / r[f"floor_{k}"] for k in ("y", "dx", "dw")}
-
-
 def explain(r):
-    c, k = max((v, k) for k, v in cost(r).items())
+    c, k = max((v, k) for k, v in exp.cost(r).items())
     need, most = per_thread(r["hidden"])
     chain = exp.ELEMENTS // r["hidden"] / grid_for(r["hidden"], sms)  # rows a program
     errs = ", ".join(f"{k} {r['err_' + k]:.1e}" for k in ("y", "dx", "dw"))
@@ -638,53 +528,16 @@ def explain(r):
 
 
 SweepExplorer(
-    [explain(r) for r in accuracy.rows],
-    ["hidden", "impl"],
-    "gbps",
-    "GB/s",
-    labels={"hidden": "hidden size", "impl": "accumulate in"},
-    order={"impl": list(PAIRS)},
-    title="rms_norm training step: row length and accumulator",
-    caption=accuracy.caption(),
-    ceiling=accuracy.provenance["copy_gbps"],
-    wrong="wrong",
-    note="note",
-    extra="extra",
+    [explain(r) for r in accuracy.rows], **exp.explorer_setup(accuracy, PAIRS)
 )
 
 # %%
-by = {(r["hidden"], r["impl"]): r for r in accuracy.rows}
-worst = {key: max(cost(r).values()) for key, r in by.items()}
-ratio = {h: by[h, "bf16"]["err_dw"] / by[h, "fp32"]["err_dw"] for h in HIDDEN}
 chain = {h: exp.ELEMENTS // h / grid_for(h, sms) for h in HIDDEN}  # rows a program adds
-most, least = max(chain, key=chain.get), min(chain, key=chain.get)
-largest = max(r[f"err_{k}"] for r in accuracy.rows for k in ("y", "dx", "dw"))
-claims = Claims("11 rms_norm", accuracy)
-ok = all(worst[h, "bf16"] > WRONG >= worst[h, "fp32"] for h in HIDDEN)
-claims.check("bf16 sums are wrong at every width, fp32 sums at none", ok)
-claims.check("Every error is below bf16's tolerance", largest <= tol, to_tol(largest))
-ordered = ratio[most] > ratio[least] == min(ratio.values())
-claims.check("dw suffers least where programs add the fewest rows", ordered)
+said = exp.accumulate_claims(accuracy, HIDDEN, chain, WRONG, tol)
+Claims("11 rms_norm", accuracy).check_all(said)
 
 # %%
-speed = {h: verdict(speedup(by[h, "bf16"], by[h, "fp32"])) for h in (mid, long_h)}
-say(
-    "With fp32 sums every output is within {f:.2f} times the error of rounding the "
-    "exact answer.  With bf16 sums ``dw`` is {lo:.1f} to {hi:.1f} times less accurate "
-    "than with fp32, least where each program adds the fewest rows.  In speed the "
-    "bf16 version is {v} at {mid} columns, and {v2} at {h} where the kernels spill.  "
-    "That is the trap: every one of these errors is below tilebook's bf16 tolerance, "
-    "{tol:.1e}, so a test that checks only a tolerance passes the kernel.  Compare "
-    "against float64 *and* against what rounding costs.",
-    f=max(worst[h, "fp32"] for h in HIDDEN),
-    lo=min(ratio.values()),
-    hi=max(ratio.values()),
-    mid=mid,
-    h=long_h,
-    tol=tol,
-    v=speed[mid],
-    v2=speed[long_h],
-)
+exp.say_accumulate(accuracy, HIDDEN, tol)
 
 # %%
 # Try this

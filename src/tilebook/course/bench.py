@@ -152,6 +152,7 @@ def measure_interleaved(
     flops: int | dict[str, int] | None = None,
     warmup: float = 25,
     rep: float = 100,
+    timer: Callable[[Callable[[], Any]], Any] | None = None,
 ) -> dict[str, Measurement]:
     """Time several functions in turn, ``rounds`` times over: A B C, A B C, ...
 
@@ -162,6 +163,11 @@ def measure_interleaved(
     function's ``median_ms`` is the median of its per-round medians, and ``p20_ms``
     / ``p80_ms`` the 20th and 80th percentiles of those, so they show the drift.
     ``bytes_moved`` and ``flops`` are one number for all or a dict by name.
+
+    ``timer`` times one function in one round, returning its median in ms (or a
+    sequence that starts with it, as ``do_bench`` with ``quantiles`` does): a lesson
+    passes its own ``do_bench`` call, so that the reader sees how it times.
+    ``warmup`` and ``rep`` are then the timer's business.  Default: :func:`measure`.
     """
     _require_gpu("measure_interleaved()")
     if not isinstance(rounds, int) or rounds < 1:
@@ -175,7 +181,10 @@ def measure_interleaved(
     per_round: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
-            per_round[name].append(measure(fn, warmup=warmup, rep=rep).median_ms)
+            if timer is None:
+                per_round[name].append(measure(fn, warmup=warmup, rep=rep).median_ms)
+            else:
+                per_round[name].append(_median_ms(timer(fn)))
     out = {}
     for name, times in per_round.items():
         q = torch.quantile(
@@ -187,6 +196,14 @@ def measure_interleaved(
     return out
 
 
+def _median_ms(timed: Any) -> float:
+    """A timer's answer as a median in ms: a number, or the first of a sequence."""
+    value = timed[0] if isinstance(timed, (list, tuple)) else timed
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"a timer must return a positive time in ms, got {timed!r}")
+    return float(value)
+
+
 def compare(
     impls: dict[str, Callable[[], Any]],
     *,
@@ -195,6 +212,7 @@ def compare(
     flops: int | dict[str, int] | None = None,
     warmup: float = 10,
     rep: float = 40,
+    timer: Callable[[Callable[[], Any]], Any] | None = None,
     **fields: Any,
 ) -> list[dict[str, Any]]:
     """Time ``impls`` against each other in interleaved rounds: one row per implementation.
@@ -204,10 +222,16 @@ def compare(
     so it includes the drift that :mod:`tilebook.course.claims` must not mistake for a
     difference.  The defaults (fewer and shorter rounds than
     :func:`measure_interleaved`'s) keep a lesson inside its time budget;
-    ``benchmarks/`` passes more.
+    ``benchmarks/`` passes more.  ``timer``: see :func:`measure_interleaved`.
     """
     got = measure_interleaved(
-        impls, rounds=rounds, bytes_moved=bytes_moved, flops=flops, warmup=warmup, rep=rep
+        impls,
+        rounds=rounds,
+        bytes_moved=bytes_moved,
+        flops=flops,
+        warmup=warmup,
+        rep=rep,
+        timer=timer,
     )
     return [{**fields, "impl": name, **m.as_row()} for name, m in got.items()]
 

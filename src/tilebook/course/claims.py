@@ -25,13 +25,22 @@ from __future__ import annotations
 
 import html
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from . import display
 from .prose import Prose, _markup
 
-__all__ = ["MIN_NOISE", "ClaimError", "Claims", "Comparison", "speedup", "within"]
+__all__ = [
+    "MIN_NOISE",
+    "ClaimError",
+    "Claims",
+    "Comparison",
+    "all_faster",
+    "speedup",
+    "within",
+]
 
 CLAIMS_ENV = "TILEBOOK_CLAIMS"
 #: The smallest relative difference ever called real, whatever the spread says.
@@ -80,6 +89,16 @@ class Comparison:
         """Neither is faster beyond the spread."""
         return not (self.faster or self.slower)
 
+    @property
+    def verdict(self) -> str:
+        """``a`` against ``b`` in a word: ``"ahead"``, ``"behind"`` or ``"tie"``."""
+        return "ahead" if self.faster else "behind" if self.slower else "tie"
+
+    @property
+    def standing(self) -> str:
+        """``a`` against ``b`` for a sentence: "is ahead of", "is behind" or "ties with"."""
+        return {"ahead": "is ahead of", "behind": "is behind", "tie": "ties with"}[self.verdict]
+
     def evidence(self, a: str = "it", b: str = "the other") -> str:
         said = (
             f"{a} runs {self.ratio:.3f}x the speed of {b} (spread {self.low:.3f}-{self.high:.3f}x"
@@ -94,6 +113,14 @@ def speedup(a: dict[str, Any], b: dict[str, Any], *, min_noise: float = MIN_NOIS
     a_med, a20, a80 = _times(a)
     b_med, b20, b80 = _times(b)
     return Comparison(b_med / a_med, b20 / a80, b80 / a20, min_noise)
+
+
+def all_faster(pairs: dict[tuple[str, str], Comparison]) -> tuple[bool, str]:
+    """``(holds, evidence)`` for "each ``a`` is faster than its ``b``", from
+    ``{(a, b): speedup(row_a, row_b)}``: a claim of :meth:`Claims.check_all` in one line.
+    No pairs hold nothing."""
+    evidence = "; ".join(c.evidence(a, b) for (a, b), c in pairs.items())
+    return bool(pairs) and all(c.faster for c in pairs.values()), evidence
 
 
 def within(value: float, target: float, rel: float) -> bool:
@@ -157,6 +184,30 @@ class Claims:
                 + f" ({self._caption()})"
             )
         self.items.append(_Claim(text, holds, evidence))
+        return self
+
+    def check_all(self, claims: Mapping[str, Any]) -> Claims:
+        """:meth:`check` each ``{text: check}`` in order: one table of a part's claims.
+
+        A check is ``holds``, ``(holds, evidence)``, a :class:`Comparison` (the claim
+        that its ``a`` is faster beyond the spread; its evidence says by how much), or
+        a function that returns one of those, called only when there is data to check
+        against (``source`` not None): a check may then read rows that a missing
+        record lacks.  Returns ``self``, so that ``Claims(...).check_all({...})``
+        ending a cell shows the claims.
+        """
+        if not isinstance(claims, Mapping) or not claims:
+            raise TypeError("Claims.check_all() takes a non-empty {claim: check} mapping")
+        for text, spec in claims.items():
+            if self.source is None:
+                self.check(text, False)  # shown as not checked
+                continue
+            if callable(spec) and not isinstance(spec, Comparison):
+                spec = spec()
+            if isinstance(spec, Comparison):
+                spec = (spec.faster, spec.evidence())
+            holds, evidence = spec if isinstance(spec, tuple) else (spec, "")
+            self.check(text, holds, evidence)
         return self
 
     @property

@@ -22,7 +22,7 @@ lower-level language (``triton.experimental.gluon``), states the schedule itself
 - ``setmaxnreg`` moves registers from the producer (24 a thread) to the consumers
   (240), which hold ``S``, ``P`` and ``O`` at once.
 
-The masks are the Triton forward's band (:mod:`tilebook.ops.flash_attention`: causal
+The masks are the Triton forward's band (:mod:`tilebook.ops.attention_masks`: causal
 and windows, bottom-right aligned): a program of 128 query rows visits only the key
 tiles some row of it sees, and tiles every row sees skip the mask arithmetic.  Document masks, head dimensions
 other than 64 and 128, and every GPU but sm_90 take the Triton forward
@@ -75,6 +75,7 @@ __all__ = [
     "descriptor",
     "forward",
     "grid",
+    "meta",
     "usable",
 ]
 
@@ -337,7 +338,7 @@ def grid(q: torch.Tensor) -> tuple[int]:
 
 def arguments(q, k, v, o, lse, layouts, sm_scale: float, left: int, right: int) -> tuple:
     """The kernel's runtime arguments, in order; ``layouts`` as for :func:`forward`.
-    A repeat launch (``tilebook._launch.Launched``) takes them as they are."""
+    A plan's repeat launch (``tilebook._launch.Step``) takes them as they are."""
     H, Nq = q.shape[1], q.shape[2]
     Hkv, Nk = k.shape[1], k.shape[2]
     (sq, tq), (sk, tk), (sv, tv), (so, to) = layouts
@@ -346,6 +347,12 @@ def arguments(q, k, v, o, lse, layouts, sm_scale: float, left: int, right: int) 
         descriptor(v, sv, tv, BLOCK_N), descriptor(o, so, to, BLOCK_M),
         lse, sm_scale * _LOG2E, H, H // Hkv, Nq, Nk, left, right, -(-Nq // (2 * BLOCK_M)),
     )  # fmt: skip
+
+
+def meta(band: bool) -> dict:
+    """The kernel's constexprs and launch options, by name, for a mask with (``band``) or
+    without a band."""
+    return {"BAND": band, "NS": STAGES, "num_warps": 4, "maxnreg": _MAXNREG}
 
 
 def forward(launch, q, k, v, o, lse, layouts, sm_scale: float, left: int, right: int, band: bool):
@@ -358,8 +365,7 @@ def forward(launch, q, k, v, o, lse, layouts, sm_scale: float, left: int, right:
     global _BROKEN
     args = arguments(q, k, v, o, lse, layouts, sm_scale, left, right)
     try:
-        return launch(_fwd_kernel, grid(q), *args, BAND=band, NS=STAGES, num_warps=4,
-                      maxnreg=_MAXNREG)  # fmt: skip
+        return launch(_fwd_kernel, grid(q), *args, **meta(band))
     except Exception as exc:  # experimental Gluon: any failure falls back
         _BROKEN = True
         warnings.warn(

@@ -39,6 +39,7 @@ from .._launch import PLANS, call_key, plain
 from . import library, norms
 from .norms import MAX_HIDDEN
 from .partials import sum_partials_kernel
+from .precision import autocasting, upper
 from .rows import load_rows, store_rows
 
 __all__ = [
@@ -595,6 +596,8 @@ def layer_norm(
     --------
     >>> y = tilebook.layer_norm(x, weight, bias, eps=1e-5)   # doctest: +SKIP
     """
+    if autocasting(x):  # as torch's layer_norm under autocast
+        x, weight, bias = upper("layer_norm", x, weight, bias)
     key = plan = None
     if (not _compiling() and plain(x) and (weight is None or plain(weight))
             and (bias is None or plain(bias))):  # fmt: skip

@@ -38,6 +38,7 @@ from .._launch import PLANS, call_key, plain
 from . import library, norms
 from .norms import BWD_WARPS_PER_SM, MAX_HIDDEN
 from .partials import sum_partials_kernel
+from .precision import autocasting, upper
 from .rows import load_rows, store_rows
 
 __all__ = [
@@ -496,6 +497,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     --------
     >>> y = tilebook.rms_norm(x, weight, eps=1e-6)   # doctest: +SKIP
     """
+    if autocasting(x):
+        x, weight = upper("rms_norm", x, weight)  # as torch's rms_norm under autocast
     key = plan = None
     if not _compiling() and plain(x) and plain(weight):
         # A repeat call: its key fixes everything the checks and the plan looked at

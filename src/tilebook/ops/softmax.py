@@ -29,21 +29,13 @@ import torch
 import triton
 import triton.language as tl
 
-from .._launch import Memo, launch, plain, sm_count
+from .._launch import PLANS, Step, call_key, plain, plain_grad, sm_count
 from ..validation import check_tensor
 from . import library
+from .precision import autocasting, upper
 
-__all__ = [
-    "ONLINE_BLOCK",
-    "ONLINE_THRESHOLD",
-    "SoftmaxConfig",
-    "SoftmaxFunction",
-    "compile_jobs",
-    "launch_softmax_backward",
-    "launch_softmax_forward",
-    "pick_config",
-    "softmax",
-]
+__all__ = ["ONLINE_BLOCK", "ONLINE_THRESHOLD", "SoftmaxConfig", "SoftmaxFunction", "compile_jobs",
+           "launch_softmax_backward", "launch_softmax_forward", "pick_config", "softmax"]  # fmt: skip
 
 #: Rows whose padded length exceeds this many elements take the online kernels.
 #: Module-level so that tests can lower it and reach the online path at small sizes.
@@ -107,17 +99,10 @@ def softmax_fwd_kernel(
 
 @triton.jit
 def softmax_fwd_online_kernel(
-    x_ptr,
-    y_ptr,
-    n_rows,
-    n_cols,
-    stride_x,
-    stride_y,
+    x_ptr, y_ptr, n_rows, n_cols, stride_x, stride_y,
     BLOCK_N: tl.constexpr,  # chunk length
-    NUM_STAGES: tl.constexpr,
-    EVICT: tl.constexpr,
-    INT64: tl.constexpr,
-):
+    NUM_STAGES: tl.constexpr, EVICT: tl.constexpr, INT64: tl.constexpr,
+):  # fmt: skip
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     if INT64:
@@ -155,23 +140,11 @@ def softmax_fwd_online_kernel(
 
 @triton.jit
 def softmax_bwd_kernel(
-    y_ptr,
-    dy_ptr,
-    dx_ptr,
-    n_rows,
-    n_cols,
-    stride_y,
-    stride_dy,
-    stride_dx,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    EVEN_M: tl.constexpr,
-    EVEN_N: tl.constexpr,
-    NUM_STAGES: tl.constexpr,
-    EVICT: tl.constexpr,
-    INT64: tl.constexpr,
+    y_ptr, dy_ptr, dx_ptr, n_rows, n_cols, stride_y, stride_dy, stride_dx,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
+    NUM_STAGES: tl.constexpr, EVICT: tl.constexpr, INT64: tl.constexpr,
     RELOAD: tl.constexpr,  # read y and dy again for dx (see SoftmaxConfig.reload)
-):
+):  # fmt: skip
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
@@ -215,19 +188,9 @@ def _load_pair(y_ptrs, dy_ptrs, mask, EVEN: tl.constexpr, EVICT: tl.constexpr):
 
 @triton.jit
 def softmax_bwd_online_kernel(
-    y_ptr,
-    dy_ptr,
-    dx_ptr,
-    n_rows,
-    n_cols,
-    stride_y,
-    stride_dy,
-    stride_dx,
-    BLOCK_N: tl.constexpr,
-    NUM_STAGES: tl.constexpr,
-    EVICT: tl.constexpr,
-    INT64: tl.constexpr,
-):
+    y_ptr, dy_ptr, dx_ptr, n_rows, n_cols, stride_y, stride_dy, stride_dx,
+    BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr, EVICT: tl.constexpr, INT64: tl.constexpr,
+):  # fmt: skip
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     if INT64:
@@ -344,10 +307,7 @@ def _grid(n_rows: int, cfg: SoftmaxConfig, device: torch.device) -> tuple[int]:
 
 
 def _check_config(cfg: SoftmaxConfig, n_cols: int) -> None:
-    def pow2(v: int) -> bool:
-        return v > 0 and v & (v - 1) == 0
-
-    if not (pow2(cfg.block_m) and pow2(cfg.block_n)):
+    if not all(v > 0 and v & (v - 1) == 0 for v in (cfg.block_m, cfg.block_n)):
         raise ValueError(f"softmax: block_m and block_n must be powers of two, got {cfg}")
     if cfg.num_warps not in (1, 2, 4, 8, 16, 32):
         raise ValueError(f"softmax: num_warps must be a power of two up to 32, got {cfg}")
@@ -368,212 +328,166 @@ def _needs_int64(n_rows: int, cfg: SoftmaxConfig, *tensors: torch.Tensor) -> boo
 
 def _meta(cfg: SoftmaxConfig, n_rows: int, n_cols: int, *tensors: torch.Tensor) -> dict:
     """The constexprs and launch options shared by the kernels of one direction."""
-    meta = {
-        "BLOCK_N": cfg.block_n,
-        "NUM_STAGES": cfg.num_stages,
-        "EVICT": cfg.evict,
-        "INT64": _needs_int64(n_rows, cfg, *tensors),
-        "num_warps": cfg.num_warps,
-    }
+    meta = {"BLOCK_N": cfg.block_n, "NUM_STAGES": cfg.num_stages, "EVICT": cfg.evict,
+            "INT64": _needs_int64(n_rows, cfg, *tensors), "num_warps": cfg.num_warps}  # fmt: skip
     if not cfg.online:
-        meta["BLOCK_M"] = cfg.block_m
-        meta["EVEN_M"] = n_rows % cfg.block_m == 0
-        meta["EVEN_N"] = n_cols == cfg.block_n
+        meta |= {"BLOCK_M": cfg.block_m, "EVEN_M": n_rows % cfg.block_m == 0,
+                 "EVEN_N": n_cols == cfg.block_n}  # fmt: skip
     return meta
 
 
-def launch_softmax_forward(
-    x: torch.Tensor, y: torch.Tensor, config: SoftmaxConfig | None = None
-) -> torch.Tensor:
-    """Softmax of each row of the 2-D ``x`` into ``y``.
+def _step(cfg: SoftmaxConfig, n_rows: int, n_cols: int, *tensors, backward: bool = False) -> Step:
+    """The launch of one direction on non-empty 2-D ``tensors`` with unit row stride:
+    ``(x, y)`` forward, ``(y, dy, dx)`` backward (only their layouts are read)."""
+    _check_config(cfg, n_cols)
+    if cfg.reload and not backward:
+        raise ValueError(f"softmax: reload is an option of the backward, got {cfg}")
+    meta = _meta(cfg, n_rows, n_cols, *tensors)
+    if not backward:
+        kernel = softmax_fwd_online_kernel if cfg.online else softmax_fwd_kernel
+    elif cfg.online:
+        kernel = softmax_bwd_online_kernel
+    else:
+        kernel, meta["RELOAD"] = softmax_bwd_kernel, cfg.reload
+    return Step(kernel, _grid(n_rows, cfg, tensors[0].device), meta)
 
-    Both must have unit stride along the row; rows may be any distance apart.
+
+def launch_softmax_forward(x, y, config: SoftmaxConfig | None = None, *, via=None):
+    """Softmax of each row of the 2-D ``x`` into ``y``; returns ``y``.
+
+    Both must have unit stride along the row; rows may be any distance apart.  ``via``:
+    the launcher (default :func:`tilebook._launch.launch`; the operator passes its own).
     """
     n_rows, n_cols = x.shape
-    if n_rows == 0 or n_cols == 0:
-        return y
-    cfg = config or pick_config(n_cols)
-    _check_config(cfg, n_cols)
-    _forward(x, y, cfg)
+    if n_rows and n_cols:
+        step = _step(config or pick_config(n_cols), n_rows, n_cols, x, y)
+        args = (x, y, n_rows, n_cols, x.stride(0), y.stride(0))
+        step.via(via, *args) if via is not None else step.anew(*args)
     return y
 
 
-def _forward(x: torch.Tensor, y: torch.Tensor, cfg: SoftmaxConfig, run=None):
-    """Launch the forward on non-empty 2-D tensors; what ``run`` (:func:`launch`) returned."""
-    run = run or launch  # looked up at the call, so a test's stand-in for launch is seen
-    kernel = softmax_fwd_online_kernel if cfg.online else softmax_fwd_kernel
-    if cfg.reload:
-        raise ValueError(f"softmax: reload is an option of the backward, got {cfg}")
-    meta = _meta(cfg, x.shape[0], x.shape[1], x, y)
-    return run(
-        kernel, _grid(x.shape[0], cfg, x.device),
-        x, y, x.shape[0], x.shape[1], x.stride(0), y.stride(0), **meta,
-    )  # fmt: skip
-
-
-def launch_softmax_backward(
-    y: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor, config: SoftmaxConfig | None = None
-) -> torch.Tensor:
-    """``dx = y * (dy - sum(dy * y))`` row by row, for 2-D tensors with unit row stride."""
-    return _backward(y, dy, dx, config)
-
-
-def _backward(y, dy, dx, config=None, run=None) -> torch.Tensor:
-    _backward_launch(y, dy, dx, config, run)
+def launch_softmax_backward(y, dy, dx, config: SoftmaxConfig | None = None, *, via=None):
+    """``dx = y * (dy - sum(dy * y))`` row by row into ``dx``, for 2-D tensors with unit
+    row stride; returns ``dx``.  ``via`` as for :func:`launch_softmax_forward`."""
+    n_rows, n_cols = y.shape
+    if n_rows and n_cols:
+        cfg = config or pick_config(n_cols, backward=True)
+        step = _step(cfg, n_rows, n_cols, y, dy, dx, backward=True)
+        args = (y, dy, dx, n_rows, n_cols, y.stride(0), dy.stride(0), dx.stride(0))
+        step.via(via, *args) if via is not None else step.anew(*args)
     return dx
 
 
-def _backward_launch(y, dy, dx, config=None, run=None):
-    """Launch the backward on 2-D tensors; what ``run`` (:func:`launch`) returned
-    (None when there was nothing to launch)."""
-    run = run or launch
-    n_rows, n_cols = y.shape
-    if n_rows == 0 or n_cols == 0:
-        return None
-    cfg = config or pick_config(n_cols, backward=True)
-    _check_config(cfg, n_cols)
-    kernel = softmax_bwd_online_kernel if cfg.online else softmax_bwd_kernel
-    meta = _meta(cfg, n_rows, n_cols, y, dy, dx)
-    if not cfg.online:
-        meta["RELOAD"] = cfg.reload
-    return run(
-        kernel, _grid(n_rows, cfg, y.device),
-        y, dy, dx, n_rows, n_cols, y.stride(0), dy.stride(0), dx.stride(0), **meta,
-    )  # fmt: skip
+def _rows(t: torch.Tensor, n_cols: int) -> torch.Tensor:
+    """``t`` as ``(rows, n_cols)`` with unit stride along a row, copied only if need be
+    (a transpose; the stride-0 ``dy`` of ``y.sum().backward()``)."""
+    rows = t.reshape(-1, n_cols)
+    return rows if n_cols <= 1 or rows.stride(1) == 1 else rows.contiguous()
 
 
-def _unit_row_stride(t: torch.Tensor) -> torch.Tensor:
-    # The kernels step along a row with stride 1; rows themselves may be anywhere.
-    return t if t.shape[1] <= 1 or t.stride(1) == 1 else t.contiguous()
+# --------------------------------------------------------------------------- plans
+# A 512-column softmax over 256 MB takes 180 us on an H100, and the checks, the
+# configuration and Triton's launch as long again on the host: with do_bench's L2
+# flush in between, that shows.  So a call is planned once per call key
+# (tilebook._launch.call_key: x's layout, dim and the module's knobs) and the plan
+# kept in PLANS; a repeat call allocates y and starts the kept compiled kernel.
+
+
+class _Plan:
+    """A call on ``x`` of one call key: softmax over ``dim`` (``moved``: not the last,
+    so the kernels see ``x.movedim(dim, -1)``), the forward's launch (None: x is empty),
+    the rows and x's row stride; ``direct``: x is passed as it is (its rows are evenly
+    strided).  ``bwd``: the backward's launch, made by its first contiguous ``dy``."""
+
+    __slots__ = ("bwd", "dim", "direct", "moved", "n_cols", "n_rows", "step", "x_stride")
+
+    def __init__(self, x: torch.Tensor, dim: int):
+        self.dim, self.moved = dim, dim != x.dim() - 1
+        x = x.movedim(dim, -1) if self.moved else x
+        self.n_cols = n_cols = x.shape[-1]
+        self.n_rows = n_rows = math.prod(x.shape[:-1])
+        self.step = self.bwd = None
+        self.direct, self.x_stride = True, n_cols
+        if n_rows and n_cols:
+            x2 = _rows(x, n_cols)
+            self.direct, self.x_stride = x2.data_ptr() == x.data_ptr(), x2.stride(0)
+            y2 = torch.empty(x2.shape, dtype=x.dtype, device="meta")  # y's layout
+            self.step = _step(pick_config(n_cols), n_rows, n_cols, x2, y2)
+
+
+_empty_like, _CONTIGUOUS = torch.empty_like, torch.contiguous_format
+
+
+def _forward(plan: _Plan, x: torch.Tensor) -> torch.Tensor:
+    """Softmax of ``x`` (as the plan's kernels see it) over its last dimension, into a
+    contiguous ``y`` (empty_like: half of torch.empty's host time)."""
+    y = _empty_like(x, memory_format=_CONTIGUOUS)
+    step = plan.step
+    if step is not None:
+        x2 = x if plan.direct else _rows(x, plan.n_cols)
+        args = (x2, y, plan.n_rows, plan.n_cols, plan.x_stride, plan.n_cols)
+        if y.data_ptr() & 15:  # not the specialisation the plan launched: launch() keys it
+            step.anew(*args)
+        else:
+            step(*args) or step.anew(*args)
+    return y
+
+
+def _backward(plan: _Plan, y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+    """``dx`` for the forward of ``plan`` that returned ``y``, and ``dy`` of y's shape."""
+    n_rows, n_cols = plan.n_rows, plan.n_cols
+    dx = _empty_like(y)  # y is contiguous: the forward made it
+    if plan.step is None:
+        return dx
+    if not plain_grad(dy, y.dtype):  # e.g. .sum().backward()'s expanded ones
+        rows = (y.view(n_rows, n_cols), _rows(dy, n_cols), dx.view(n_rows, n_cols))
+        launch_softmax_backward(*rows)
+        return dx
+    step = plan.bwd
+    if step is None:  # y, dy and dx alike: contiguous
+        rows = y.view(n_rows, n_cols)
+        cfg = pick_config(n_cols, backward=True)
+        step = plan.bwd = _step(cfg, n_rows, n_cols, rows, rows, rows, backward=True)
+    args = (y, dy, dx, n_rows, n_cols, n_cols, n_cols, n_cols)
+    if (y.data_ptr() | dx.data_ptr()) & 15:
+        step.anew(*args)
+    else:
+        step(*args) or step.anew(*args)
+    return dx
+
+
+# --------------------------------------------------------------------------- autograd
+
+
+_compiling = torch.compiler.is_compiling
 
 
 class SoftmaxFunction(torch.autograd.Function):
-    """Autograd for softmax over the last dimension of a tensor (any number of
-    dimensions): a 2-D one with unit row stride, or a contiguous one.
+    """Autograd for softmax over the last dimension of ``x`` (any strides).
 
-    ``run`` is a remembered launch (see :data:`_FAST`) to try first; ``key_dim``,
-    given for a contiguous ``x``, has the forward remember its launch under that
-    dim.  Both are plumbing of :func:`softmax`: they get no gradient.
+    Eagerly it launches the kernels of ``plan`` (the call's plan, planned here if not
+    given; plumbing of :func:`softmax`, it gets no gradient).  Inside torch.compile
+    ``x`` is 2-D and the two directions are the operators ``torch.ops.tilebook.softmax``
+    and ``softmax_backward``, which Dynamo puts in its graph as they are.
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, run=None, key_dim=None) -> torch.Tensor:
-        y = run(x) if run is not None else None
-        if y is None:
-            n_cols = x.shape[-1]
-            n_rows = x.numel() // n_cols if n_cols else 0
-            if key_dim is not None:
-                y = _remembering_forward(x, key_dim, n_rows, n_cols)
-            else:
-                x2 = _unit_row_stride(x.reshape(n_rows, n_cols))
-                y = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
-                launch_softmax_forward(x2, y)
-                y = y.view(x.shape)
+    def forward(ctx, x: torch.Tensor, plan: _Plan | None = None) -> torch.Tensor:
+        if plan is None and _compiling():  # (softmax passes a plan whenever it is eager)
+            ctx.plan, y = None, softmax_op(x)
+        else:
+            ctx.plan = plan = plan or _Plan(x, x.dim() - 1)
+            y = _forward(plan, x)
         ctx.save_for_backward(y)
         return y
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, dy: torch.Tensor):
-        (y,) = ctx.saved_tensors  # contiguous: the forward allocated it
-        key = None
-        if plain(dy) and dy.is_contiguous():  # dy has y's shape
-            key = _bwd_key(y, dy)
-            replay = _BWD_FAST.get(key)
-            if replay is not None:
-                dx = replay(y, dy)
-                if dx is not None:
-                    return dx, None, None
-        n_cols = y.shape[-1]
-        y2 = y.view(-1, n_cols) if n_cols else y.reshape(0, 0)
-        dy2 = _unit_row_stride(dy.reshape(y2.shape))  # e.g. .sum().backward()'s expanded ones
-        dx = torch.empty(y.shape, dtype=y.dtype, device=y.device)
-        launched = _backward_launch(y2, dy2, dx.view(y2.shape))
-        if key is not None and launched is not None:
-            _BWD_FAST.remember(key, _replay_bwd(launched, y2.shape, dx.data_ptr() & 15))
-        return dx, None, None
-
-
-# The backward's repeat calls, as the forward's (_FAST below): a backward whose y and
-# dy are contiguous keeps its Launched under the key of their shape, dtypes, device
-# and alignment; the next one like it only allocates dx and launches.
-_BWD_FAST = Memo()
-
-
-def _bwd_key(y: torch.Tensor, dy: torch.Tensor) -> tuple:
-    # y: the forward's contiguous output; dy: contiguous, of y's shape (autograd's rule).
-    return (y.shape, y.dtype, dy.dtype, y.device, y.data_ptr() & 15, dy.data_ptr() & 15,
-            ONLINE_THRESHOLD, ONLINE_BLOCK)  # fmt: skip
-
-
-def _replay_bwd(launched, shape2d, dx_align: int):
-    """``replay(y, dy) -> dx or None`` for contiguous ``y`` and ``dy`` keyed alike."""
-    n_rows, n_cols = shape2d
-    ints = (n_rows, n_cols, n_cols, n_cols, n_cols)  # sizes, then the three row strides
-    empty_like, contiguous = torch.empty_like, torch.contiguous_format
-
-    def replay(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor | None:
-        dx = empty_like(y, memory_format=contiguous)
-        if dx.data_ptr() & 15 != dx_align:  # another specialisation
-            return None
-        return dx if launched(y, dy, dx, *ints) else None
-
-    return replay
-
-
-def _normalize_dim(dim: object, ndim: int) -> int:
-    if isinstance(dim, bool) or not isinstance(dim, int):
-        raise TypeError(f"softmax: dim must be an int, got {type(dim).__name__}")
-    rank = max(ndim, 1)  # a 0-d tensor accepts dim 0 and -1, like torch
-    if not -rank <= dim < rank:
-        raise ValueError(
-            f"softmax: dim {dim} is out of range for a tensor with {ndim} dimension(s) "
-            f"(expected {-rank} <= dim < {rank})"
-        )
-    return dim % rank
-
-
-# Repeat calls.  A 512-column softmax over 256 MB takes 180 us on an H100, and the
-# Python below (checks, autograd.Function, config, launch key) about as long: with
-# do_bench's L2 flush in between, that host time shows in the timing.  So a call on
-# a contiguous tensor along its last dimension keeps the Launched of its kernel
-# under the key of its shape, strides, dtype, device, dim and alignment: everything
-# the checks read and the kernel was specialised on.  The next call with the same
-# key only allocates the output and launches; one that needs a gradient does that
-# inside SoftmaxFunction (on an H100's host a forward with grad took 151 us of host
-# time through the checks and the configuration, where torch.softmax took 17).
-_FAST = Memo()
-_grad_enabled = torch.is_grad_enabled
-
-
-def _fast_key(x: torch.Tensor, dim: int) -> tuple:
-    # The module-level knobs are in it: tests change them to reach the online kernels.
-    aligned = x.data_ptr() % 16 == 0
-    return (x.shape, x.stride(), x.dtype, x.device, dim, aligned, ONLINE_THRESHOLD, ONLINE_BLOCK)
-
-
-def _remembering_forward(x: torch.Tensor, key_dim: int, n_rows: int, n_cols: int) -> torch.Tensor:
-    """Softmax of a contiguous ``x`` over its last dimension; remembers the launch for
-    the next call like this one (with or without autograd: the launch is the same)."""
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    if n_rows == 0 or n_cols == 0:
-        return y
-    x2, y2 = x.view(n_rows, n_cols), y.view(n_rows, n_cols)
-    launched = _forward(x2, y2, pick_config(n_cols))
-    if launched is not None and plain(x) and type(key_dim) is int:
-        ints = (n_rows, n_cols, x2.stride(0), y2.stride(0))
-        y_aligned = y.data_ptr() % 16 == 0
-
-        def run(t: torch.Tensor) -> torch.Tensor | None:
-            # t is contiguous (its strides are in the key); empty_like took 3.6 us of host
-            # time on an H100's host where torch.empty(shape, dtype=, device=) took 7.5.
-            out = torch.empty_like(t, memory_format=torch.contiguous_format)
-            if (out.data_ptr() % 16 == 0) is not y_aligned:  # another specialisation
-                return None
-            return out if launched(t, out, *ints) else None
-
-        _FAST.remember(_fast_key(x, key_dim), run)
-    return y
+        (y,) = ctx.saved_tensors
+        if ctx.plan is None:  # the forward was traced
+            return softmax_backward_op(y, dy), None
+        return _backward(ctx.plan, y, dy), None
 
 
 # -------------------------------------------------------------------------- torch.library
@@ -581,51 +495,22 @@ def _remembering_forward(x: torch.Tensor, key_dim: int, n_rows: int, n_cols: int
 
 def _op_forward(x: torch.Tensor) -> torch.Tensor:
     """Softmax of each row of a 2-D ``x``."""
-    x = _unit_row_stride(x)
+    x = _rows(x, x.shape[1])
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    if x.numel():
-        _forward(x, y, pick_config(x.shape[1]), run=library.launch)
-    return y
+    return launch_softmax_forward(x, y, via=library.launch)
 
 
 def _op_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     """``y * (dy - sum(dy * y))`` row by row, for 2-D ``y`` and ``dy``."""
-    y, dy = _unit_row_stride(y), _unit_row_stride(dy)
+    y, dy = _rows(y, y.shape[1]), _rows(dy, dy.shape[1])
     dx = torch.empty(y.shape, dtype=y.dtype, device=y.device)
-    return _backward(y, dy, dx, run=library.launch)
+    return launch_softmax_backward(y, dy, dx, via=library.launch)
 
 
 _KERNELS = (softmax_fwd_kernel, softmax_fwd_online_kernel, softmax_bwd_kernel,
             softmax_bwd_online_kernel)  # fmt: skip
 softmax_op = library.define("softmax", _op_forward, kernels=_KERNELS)
 softmax_backward_op = library.define("softmax_backward", _op_backward, kernels=_KERNELS)
-
-
-def _op_setup(ctx, inputs, output) -> None:
-    ctx.save_for_backward(output)
-
-
-def _op_grad(ctx, dy):
-    (y,) = ctx.saved_tensors
-    return softmax_backward_op(y, dy)
-
-
-softmax_op.register_autograd(_op_grad, setup_context=_op_setup)
-
-
-def _compiled(x: torch.Tensor, dim: object) -> torch.Tensor:
-    """:func:`softmax` inside torch.compile: the checks, then the operator."""
-    check_tensor(x, "x", "softmax")
-    dim = _normalize_dim(dim, x.dim())
-    if x.dim() == 0:
-        return _compiled(x.reshape(1), 0).reshape(())
-    moved = x.movedim(dim, -1)
-    n_cols = moved.shape[-1]
-    y = softmax_op(moved.reshape(-1, n_cols))
-    return y.reshape(moved.shape).movedim(-1, dim)
-
-
-_compiling = torch.compiler.is_compiling
 
 
 def compile_jobs(arch: int = 90, dtype: torch.dtype | None = None) -> dict[str, dict]:
@@ -642,6 +527,35 @@ def compile_jobs(arch: int = 90, dtype: torch.dtype | None = None) -> dict[str, 
         jobs |= targets.recorded(lambda r=rows: _op_forward(r), arch, where)
         jobs |= targets.recorded(lambda r=rows: _op_backward(r, r), arch, where)
     return jobs
+
+
+# --------------------------------------------------------------------------- the op
+
+
+def _normalize_dim(dim: object, ndim: int) -> int:
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError(f"softmax: dim must be an int, got {type(dim).__name__}")
+    rank = max(ndim, 1)  # a 0-d tensor accepts dim 0 and -1, like torch
+    if not -rank <= dim < rank:
+        raise ValueError(
+            f"softmax: dim {dim} is out of range for a tensor with {ndim} dimension(s) "
+            f"(expected {-rank} <= dim < {rank})"
+        )
+    return dim % rank
+
+
+def _compiled(x: torch.Tensor, dim: object) -> torch.Tensor:
+    """:func:`softmax` inside torch.compile: the checks, then the Function on rows."""
+    check_tensor(x, "x", "softmax")
+    dim = _normalize_dim(dim, x.dim())
+    if x.dim() == 0:
+        return _compiled(x.reshape(1), 0).reshape(())
+    moved = x.movedim(dim, -1)
+    y = SoftmaxFunction.apply(moved.reshape(-1, moved.shape[-1]))
+    return y.reshape(moved.shape).movedim(-1, dim)
+
+
+_grad_enabled = torch.is_grad_enabled
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -667,28 +581,25 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     --------
     >>> p = tilebook.softmax(logits, dim=-1)   # doctest: +SKIP
     """
+    if autocasting(x):
+        (x,) = upper("softmax", x)  # as torch.softmax under autocast (float32 on a GPU)
     if _compiling():
         return _compiled(x, dim)
-    grad = x.requires_grad and _grad_enabled() if plain(x) else None
-    if grad is not None and type(dim) is int:
-        run = _FAST.get(_fast_key(x, dim))
-        if run is not None:
-            if grad:
-                return SoftmaxFunction.apply(x, run)  # falls back inside if run declines
-            y = run(x)
-            if y is not None:
-                return y
-    check_tensor(x, "x", "softmax")
-    key_dim = dim
-    dim = _normalize_dim(dim, x.dim())
-    if x.dim() == 0:
-        return softmax(x.reshape(1), 0).reshape(())
-    moved = x.movedim(dim, -1)
-    n_cols = moved.shape[-1]
-    n_rows = math.prod(moved.shape[:-1])
-    if x.is_contiguous() and dim == x.dim() - 1:
-        if x.requires_grad and _grad_enabled():
-            return SoftmaxFunction.apply(x, None, key_dim)
-        return _remembering_forward(x, key_dim, n_rows, n_cols)
-    y = SoftmaxFunction.apply(moved.reshape(n_rows, n_cols))
-    return y.reshape(moved.shape).movedim(-1, dim)
+    key = plan = None
+    if plain(x) and type(dim) is int:  # a repeat call: its key fixes all the checks read
+        key = call_key(x, None, None, _Plan, dim, ONLINE_THRESHOLD, ONLINE_BLOCK)
+        plan = PLANS.get(key)
+    if plan is None:
+        check_tensor(x, "x", "softmax")
+        d = _normalize_dim(dim, x.dim())
+        if x.dim() == 0:
+            return softmax(x.reshape(1), 0).reshape(())
+        plan = _Plan(x, d)
+        if key is not None:
+            PLANS.remember(key, plan)
+    grad = x.requires_grad and _grad_enabled()
+    if plan.moved:
+        moved = x.movedim(plan.dim, -1)
+        y = SoftmaxFunction.apply(moved, plan) if grad else _forward(plan, moved)
+        return y.movedim(-1, plan.dim)
+    return SoftmaxFunction.apply(x, plan) if grad else _forward(plan, x)

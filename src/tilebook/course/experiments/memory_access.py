@@ -535,3 +535,57 @@ def views(
         view, impl = r.pop("impl").split("|")
         rows.append({"view": view, "impl": impl, "m": m, "n": n, "dtype": _dtype_name(dtype), **r})
     return rows
+
+
+# ----------------------------------------------------------------------------- tables
+
+
+def sector_table(sweep: Any) -> Any:
+    """Lesson 04's table: the sector model of one warp's float32 load at each stride
+    (sectors, bytes used, the predicted rate) beside the rate ``sweep`` (the record of
+    :func:`strides`, or None) measured, both as a share of the rate at stride one."""
+    from ..tables import table
+
+    f32 = torch.float32.itemsize
+    gbps = {r["stride"]: r["gbps"] for r in sweep.rows} if sweep else {}
+
+    def measured(a: dict[str, Any]) -> str:
+        s = a["stride"]
+        return f"{gbps[s] / gbps[1]:.0%}" if s in gbps and 1 in gbps else "n/a"
+
+    columns = {
+        "stride": "stride",
+        "sectors per warp": "sectors",
+        "bytes used": lambda a: f"{a['useful_bytes']} of {a['fetched_bytes']}",
+        "predicted": lambda a: f"{predicted_ratio(a['stride'], f32):.0%}",
+        "measured": measured,
+    }
+    rows = [warp_access(s, f32).as_row() for s in STRIDES]
+    return table(
+        rows, columns, caption=sweep.caption() if sweep else "no GPU record of the sweep yet"
+    )
+
+
+def views_table(measured: Any) -> Any:
+    """Lesson 04's table of :func:`views`' record: the kernel's GB/s on each view, as a
+    share of the copy, beside ``torch.mul``'s and the verdict of the two (beyond the
+    spread: ahead, behind, or a tie)."""
+    from ..claims import speedup
+    from ..tables import table
+
+    def mul(r: dict[str, Any]) -> dict[str, Any]:
+        return measured.one(view=r["view"], impl="torch.mul")
+
+    def versus(r: dict[str, Any]) -> str:
+        vs = speedup(r, mul(r))
+        return "tie" if vs.tied else ("ahead" if vs.faster else "behind")
+
+    copy = measured.provenance["copy_gbps"]
+    columns = {
+        "view": "view",
+        "kernel GB/s": ("gbps", "{:,.0f}"),
+        "of copy": lambda r: f"{r['gbps'] / copy:.0%}",
+        "torch.mul GB/s": lambda r: f"{mul(r)['gbps']:,.0f}",
+        "kernel vs torch.mul": versus,
+    }
+    return table(measured.select(impl="kernel"), columns, caption=measured.caption())

@@ -12,6 +12,11 @@
 * :func:`start_order` compares the order in which the programs of a 2-D grid
   took tickets from one atomic counter with two ways of numbering the grid.
 
+Below them, what the lesson says of these measurements, made from the data of its
+build: the tables (``*_table``), the claims (``*_claims``, for
+:meth:`tilebook.course.claims.Claims.check_all`), the sentences (``say_*``) and
+the grid explorer's settings, so that the lesson shows each in one line.
+
 Under the interpreter nothing is compiled: a kernel there is an
 ``InterpretedFunction`` with no binaries (:func:`binaries` returns None).
 """
@@ -23,19 +28,34 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
 
 __all__ = [
+    "EXPLORER",
     "NUMBERINGS",
+    "SURE",
     "binaries",
     "cache_keys",
+    "check_explorer",
+    "first_call_claims",
     "first_calls",
+    "first_calls_table",
     "fresh_cache_dir",
+    "load_widths_table",
+    "no_record",
+    "say_binaries",
+    "say_first_calls",
+    "say_kernel_kind",
+    "say_start_order",
+    "specialisation_claims",
     "specialisations",
+    "specialisations_table",
     "start_order",
+    "start_order_claims",
+    "start_order_table",
 ]
 
 
@@ -241,3 +261,298 @@ def start_order(tickets: torch.Tensor) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+# What lesson 02 says of these measurements: its tables, claims and sentences, made
+# from the data of the build (a record may be None: no GPU has measured it yet).
+
+
+def no_record() -> Any:
+    """The sentence a page shows where a GPU record is missing."""
+    from ..prose import say
+
+    return say("No GPU record of this is committed yet: run the lesson on a GPU.")
+
+
+def say_kernel_kind(kernel: Any) -> Any:
+    """What ``@triton.jit`` made of ``kernel``: its class and its arguments."""
+    from ..prose import say
+
+    kind = type(kernel).__name__
+    return say(
+        "Here ``{name}`` is {article} ``{kind}`` with arguments {args}.  On a "
+        "GPU it is a ``JITFunction``, which compiles; under the interpreter that runs this "
+        "page on a CPU, an ``InterpretedFunction``, which compiles nothing and runs "
+        "each program in turn as NumPy.",
+        name=kernel.__name__,
+        article="an" if kind[0] in "AEIOU" else "a",
+        kind=kind,
+        args=", ".join(f"``{a}``" for a in kernel.arg_names),
+    )
+
+
+#: How many standard deviations of a random order a fraction of pairs in order
+#: must clear to be called an order (a random order gets beyond six about once in
+#: a billion).
+SURE = 6
+
+
+def start_order_table(order: Any) -> Any:
+    """The table of a :func:`start_order` record, or :func:`no_record`."""
+    from ..tables import table
+
+    if not order:
+        return no_record()
+    columns = {
+        "numbering": "numbering",
+        "programs": "programs",
+        "pairs in order": ("in_order", "{:.3f}"),
+        "random order": lambda r: f"0.5 ± {r['chance_sd']:.3f}",
+        "ticket = number": "same_place",
+        "median |ticket - number|": ("median_shift", "{:,.0f}"),
+    }
+    return table(order.rows, columns, caption=order.caption())
+
+
+def start_order_claims(order: Any) -> dict[str, Any]:
+    """The claims a :func:`start_order` record supports, for :meth:`Claims.check_all`."""
+    if not order:
+        return {"Programs start mostly in the order of their linear index": False}
+    fit = {r["numbering"]: r for r in order.rows}
+    first, other = fit["axis 0 fastest"], fit["axis 1 fastest"]
+    margin = SURE * first["chance_sd"]
+    return {
+        "Programs start mostly in the order of their linear index, beyond chance": (
+            first["in_order"] > 0.5 + margin,
+            f"{first['in_order']:.3f} of pairs in order; chance stays below {0.5 + margin:.3f}",
+        ),
+        "The linear index fits the start order better than its transpose": (
+            first["in_order"] > other["in_order"] + margin,
+            f"{first['in_order']:.3f} against {other['in_order']:.3f}",
+        ),
+    }
+
+
+def say_start_order(here: Sequence[dict[str, Any]], order: Any) -> Any:
+    """What the order of this run (``here``, :func:`start_order` rows) and of the
+    record shown (``order``) say: the interpreter's fixed order against a GPU's."""
+    from ...runtime import is_interpreter
+    from ..prose import say
+
+    exact = [r["numbering"] for r in here if r["same_place"] == r["programs"]]
+    if is_interpreter():
+        gpu = "No GPU has recorded its order yet."
+        if order:
+            best = max(order.rows, key=lambda r: r["in_order"])
+            gpu = "The record above, of {}, has them start mostly {}{}.".format(
+                order.provenance.get("gpu", "a GPU"),
+                f"in the order of ``{best['numbering']}``",
+                "" if exact == [best["numbering"]] else ": not the interpreter's order",
+            )
+        return say(
+            "Under the interpreter, which ran this page, the {n} programs took their "
+            "tickets {how}: it runs one program at a time, in loops over the axes.  "
+            "{gpu}  A kernel must not depend on the order its programs run in.",
+            n=here[0]["programs"],
+            how=f"exactly in the order of ``{exact[0]}``" if exact else "in no fixed order",
+            gpu=gpu,
+        )
+    linear = {r["numbering"]: r for r in order.rows}["axis 0 fastest"]
+    return say(
+        "Of the {n:,} programs, {same:,} took exactly the ticket of their linear "
+        "index, and half took one within {shift:,.0f} of it: programs that start "
+        "together race for the counter.",
+        n=linear["programs"],
+        same=linear["same_place"],
+        shift=linear["median_shift"],
+    )
+
+
+#: The grid rules of lesson 02's explorer, and the sizes its arithmetic is checked at.
+GRID_RULES = ("cdiv", "floor", "swapped axes")
+EXPLORER_CHECKS = ((40, 64, 16, 16), (100, 24, 32, 8))
+
+
+#: The settings of lesson 02's :class:`~tilebook.course.widgets_grid.GridExplorer`.
+EXPLORER = {
+    "sizes": [8, 16, 24, 40, 64, 100],
+    "tiles": [8, 16, 32],
+    "caption": "computed from the grid rule; checked against stamp_tiles_kernel",
+    "initial": {"m": 40, "n": 64, "block_m": 16, "block_n": 16, "grid": "cdiv"},
+}
+
+
+def check_explorer(stamp_tiles: Callable[..., torch.Tensor]) -> Any:
+    """The explorer's owners against a kernel's own output, per tile, for each rule.
+
+    ``stamp_tiles(m, n, block_m, block_n, grid)`` launches lesson 02's
+    ``stamp_tiles_kernel`` and returns the ``(1, m, n)`` map it wrote.  Returns a
+    :class:`~tilebook.course.check.CorrectnessReport` (call ``assert_ok``).
+    """
+    from ..check import CorrectnessReport
+    from ..widgets_grid import GridExplorer
+
+    agree = CorrectnessReport("grid explorer vs the kernel's own output, per tile")
+    for rule in GRID_RULES:
+        for m, n, bm, bn in EXPLORER_CHECKS:
+            g = GridExplorer.grid(m, n, bm, bn, rule)
+            got = stamp_tiles(m, n, bm, bn, g)[0, ::bm, ::bn]  # each tile's corner
+            want = torch.tensor(GridExplorer.owners(m, n, bm, bn, rule), device=got.device)
+            agree.check(f"{rule} {m}x{n} / {bm}x{bn}", got, want, tol=0)
+    return agree
+
+
+def specialisations_table(spec: Any) -> Any:
+    """The table of a :func:`specialisations` record, or :func:`no_record`."""
+    from ..tables import table
+
+    if not spec:
+        return no_record()
+    columns = {
+        "#": "step",
+        "call (what changed)": "call",
+        "binaries": "binaries",
+        "compiled?": lambda r: "new binary" if r["new"] else "reused",
+    }
+    return table(spec.rows, columns, caption=spec.caption())
+
+
+def specialisation_claims(spec: Any, new: Mapping[str, bool], held: int | None) -> dict:
+    """The claims of a :func:`specialisations` record: which calls compiled (``new``:
+    ``{label: compiles}``), and that the cache holds the binaries the table counts
+    (``held``: what the kernel holds now, None under the interpreter)."""
+    claims: dict[str, Any] = {}
+    for label, compiled in new.items():
+        verb = "compiles a new binary" if compiled else "reuses a binary"
+
+        def check(label=label, compiled=compiled):
+            got = bool(spec.one(call=label)["new"])
+            return got == compiled, f"new binaries: {int(got)}"
+
+        claims[f"{label}: {verb}"] = check
+
+    def cache():
+        last, added = spec.rows[-1]["binaries"], sum(r["new"] for r in spec.rows)
+        where = "" if held is None else f", this process's cache: {held}"
+        return last == added and held in (
+            None,
+            last,
+        ), f"last row: {last}, new binaries: {added}{where}"
+
+    claims["After the calls the cache holds one binary per new binary of the table"] = cache
+    return claims
+
+
+def load_widths_table(builds: Mapping[str, Any], arch: int = 90) -> Any:
+    """Wide and narrow loads, and registers, of each ahead-of-time build of a kernel."""
+    from ..tables import table
+
+    return table(
+        [{"build": name, "k": k} for name, k in builds.items()],
+        {
+            "specialisation": "build",
+            "16-byte loads": lambda r: r["k"].count(r"LDG\.E\.128"),
+            "4-byte loads": lambda r: r["k"].count(r"LDG\.E(?!\.\d)"),
+            "registers": lambda r: r["k"].registers,
+        },
+        caption=f"scale_kernel compiled for sm_{arch} ahead of time",
+    )
+
+
+def first_calls_table(first: Any) -> Any:
+    """The table of a :func:`first_calls` record, or :func:`no_record`."""
+    from ..tables import table
+
+    if not first:
+        return no_record()
+    columns = {
+        "call": "call",
+        "median ms": ("median_ms", "{:.3f}"),
+        "p20-p80 ms": lambda r: f"{r['p20_ms']:.3f}-{r['p80_ms']:.3f}",
+        "samples": "samples",
+    }
+    return table(first.rows, columns, caption=first.caption())
+
+
+def first_call_claims(first: Any) -> dict[str, Any]:
+    """The claims of a :func:`first_calls` record: each temperature of the cache is
+    faster than the one before, beyond the spread."""
+    from ..claims import speedup
+
+    def row(call):
+        return first.one(call=call)
+
+    def faster(a, b, a_says, b_says):
+        def check():
+            c = speedup(row(a), row(b))
+            return c.faster, c.evidence(a_says, b_says)
+
+        return check
+
+    return {
+        "Loading a binary from the disk cache is faster than compiling it": faster(
+            "disk cache", "compile", "the disk cache", "compiling"
+        ),
+        "A later call, with the binary in memory, is faster still": faster(
+            "later call", "disk cache", "a later call", "the disk cache"
+        ),
+    }
+
+
+def say_first_calls(first: Any) -> Any:
+    """What a :func:`first_calls` record says a first call costs, or :func:`no_record`."""
+    from ..prose import say
+
+    if not first:
+        return no_record()
+    # three significant digits each, and the quotient of the figures as printed,
+    # so that a reader who divides them gets the sentence's count
+    c, d, l_us = (
+        float(f"{v:.3g}")
+        for v in (
+            first.one(call="compile")["median_ms"],
+            first.one(call="disk cache")["median_ms"],
+            1e3 * first.one(call="later call")["median_ms"],
+        )
+    )
+    return say(
+        "Compiling took {c:,g} ms, loading from disk {d:,g} ms, and a later "
+        "call {l:,g} µs: the first call of each specialisation costs about "
+        "{x:,.0f} later calls.  Warm up a kernel before you time it (``do_bench`` "
+        "does), and expect a pause wherever a program meets a new specialisation.",
+        c=c,
+        d=d,
+        l=l_us,
+        x=float(f"{1e3 * c / l_us:.3g}"),
+    )
+
+
+def say_binaries(kernel: Any, first: Any, held: int | None) -> Any:
+    """What ``kernel`` holds after the page's calls (``held`` after the table's,
+    before :func:`first_calls`), and, under the interpreter, why it holds nothing."""
+    from ...runtime import is_interpreter
+    from ..prose import say
+
+    if is_interpreter():
+        assert binaries(kernel) is None  # no cache to ask
+        return say(
+            "This page ran under the interpreter, where ``{name}`` is an "
+            "``{kind}`` with no cache of binaries at all: nothing is compiled, and "
+            "the first call costs what every call costs.  The figures above {where}.",
+            name=kernel.__name__,
+            kind=type(kernel).__name__,
+            where="are the GPU record" if first else "await a run on a GPU",
+        )
+    count = binaries(kernel)
+    return say(
+        "The calls of the table left ``{name}`` holding {held} binaries, as its "
+        "last row says.  To make a call compile, ``first_calls`` empties that cache "
+        "before each of its {rounds} rounds, so the kernel now holds {count} {noun}: "
+        "{what}.",
+        name=kernel.__name__,
+        held=held,
+        rounds=first.one(call="compile")["samples"] if first else 0,
+        count=count,
+        noun="binary" if count == 1 else "binaries",
+        what="the timed call's alone" if count == 1 else "those of the timed calls",
+    )

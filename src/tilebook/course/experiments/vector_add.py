@@ -8,6 +8,8 @@ Two measurements, each defined once here:
   time split into host time and GPU time (:func:`host_and_gpu`);
 * :func:`explain_gap`: which of the two parts accounts for the time by which
   one implementation trails the other under ``do_bench``;
+* :func:`read_split`: the claims and sentences that a :func:`sizes` record's host
+  and GPU times support (lesson 07);
 * :func:`launch_settings`: :func:`tilebook.vector_add` at one length over a
   grid of ``BLOCK_SIZE`` and ``num_warps`` (the lesson's widget; the benchmark
   keeps the package's configuration honest).
@@ -37,9 +39,12 @@ __all__ = [
     "DTYPE",
     "EXPLAINS",
     "EXPONENTS",
+    "GAP",
     "GRAPH_MS",
     "HOST_CALLS",
     "LAUNCH_N",
+    "OVERLAP",
+    "SAYS",
     "SPLIT_EXPONENTS",
     "WARPS",
     "Gap",
@@ -47,8 +52,10 @@ __all__ = [
     "explain_gap",
     "host_and_gpu",
     "launch_settings",
+    "read_split",
     "setting",
     "sizes",
+    "span",
     "traffic",
 ]
 
@@ -337,3 +344,154 @@ def launch_settings(
                 }
             )
     return rows
+
+
+# Reading the split (lesson 07): the claims and the sentences that the host and GPU
+# times of :func:`sizes` support.  They need both parts of every split row; the
+# lesson states what they mean, and this is where they are checked and said.
+
+#: What each kind of :class:`Gap` lets the lesson say, after :data:`GAP`.
+SAYS = {
+    "kernel": "the kernel can account for the gap; the host cannot.",
+    "host": "the host can account for the gap (the GPU waiting for a launch that "
+    "the host has not finished); the kernel cannot.",
+    "both": "the kernel and the host could each account for the gap.",
+    "neither": "neither is longer by {share:.0%} of the gap at the spreads' nearest "
+    "ends, so neither explains it.  This split cannot see what do_bench adds "
+    "around a lone kernel and a graph replay does not: an emptied L2 cache and a "
+    "kernel's start.",
+}
+GAP = (
+    "At {at}, tilebook's call takes {gap} µs longer than torch.add's under "
+    "do_bench.  Subtracting torch.add's times from tilebook's leaves {kernel} µs "
+    "for the kernels alone on the GPU and {host} µs for one call's host time.  So "
+)
+# Where the host's extra time is longer than the whole gap, the GPU did something
+# else during part of it: in do_bench's loop, empty the L2 cache before each call.
+OVERLAP = (
+    "The host's extra time is longer than the gap itself: part of it passes while "
+    "the GPU empties the L2 cache, which do_bench does before each call."
+)
+
+
+def span(values: Sequence[float], fmt: str = "{:.1f}") -> str:
+    """``values`` as one figure, or as the range from the smallest to the largest."""
+    lo, hi = fmt.format(min(values)), fmt.format(max(values))
+    return lo if lo == hi else f"{lo} to {hi}"
+
+
+def _as_timed(row: Mapping[str, Any], key: str) -> dict[str, float]:
+    """A row's host or GPU times (µs) as a timed row for ``speedup``: units cancel."""
+    names = {"median_ms": "_us", "p20_ms": "_p20_us", "p80_ms": "_p80_us"}
+    return {field: row[key + name] for field, name in names.items()}
+
+
+def read_split(record: Any, claims: Any, *, small: int = 3) -> Any:
+    """Check ``claims`` (a :class:`~tilebook.course.claims.Claims` on ``record``, a
+    :func:`sizes` record) against its host and GPU times, and return the paragraphs
+    (:class:`~tilebook.course.prose.Prose`) that say what they show.
+
+    The claims: at the ``small`` smallest split sizes a graph replay takes the GPU
+    less time than ``do_bench`` measures; at each size where tilebook trails
+    torch.add beyond the spread, which part (:func:`explain_gap`) explains the gap.
+    A record without the split (older than it) says so instead.
+    """
+    from ..claims import speedup
+    from ..prose import say
+
+    ex = record.values("log2n")
+    named = {n: {e: record.one(log2n=e, impl=n) for e in ex} for n in ("tilebook", "torch.add")}
+    ours, theirs = named.values()
+    split = [e for e in ex if "gpu_us" in ours[e]]
+    behind = [e for e in ex if speedup(ours[e], theirs[e]).slower]
+    if not split:
+        said = say(
+            "The record shown ({cap}) holds no host or GPU times: it was measured "
+            "before this page split them, and a GPU build of the page measures them.",
+            cap=record.caption(),
+        )
+        if behind:
+            said += say(
+                "Without them, this record cannot say why torch.add is ahead at {sizes}.",
+                sizes=", ".join(f"2^{e}" for e in behind),
+            )
+        return said
+    host = {e: speedup(_as_timed(ours[e], "host"), _as_timed(theirs[e], "host")) for e in split}
+    gaps = {e: explain_gap(ours[e], theirs[e]) for e in behind if e in split}
+    why: dict[str, list[int]] = {}  # at each size where tilebook trails: which part explains
+    for e, g in gaps.items():
+        why.setdefault(g.kind, []).append(e)
+    at = {kind: ", ".join(f"2^{e}" for e in es) for kind, es in why.items()}
+    first = [(e, n, r) for e in ex[:small] if e in split for n, r in named.items()]
+    claims.check(
+        "At the smallest sizes a call replayed from a graph takes the GPU less time "
+        "than do_bench measures, for both: do_bench adds a kernel's start and an "
+        "emptied L2 cache",
+        bool(first) and all(r[e]["gpu_p80_us"] < 1e3 * r[e]["p20_ms"] for e, _, r in first),
+        "; ".join(f"{n} at 2^{e}: {r[e]['gpu_us']:.1f} µs" for e, n, r in first),
+    )
+
+    def differences(es, median, low):
+        return "; ".join(
+            f"2^{e}: {getattr(gaps[e], median):+.1f} µs ({getattr(gaps[e], low):+.1f} at "
+            f"the nearest ends) of a gap of {gaps[e].gap_us:.1f} µs"
+            for e in es
+        )
+
+    for kind, es in why.items():
+        for name, median, parts in (
+            ("kernel alone", "kernel_us", ("kernel", "both")),
+            ("host time", "host_us", ("host", "both")),
+        ):
+            low = median.replace("_us", "_low_us")
+            word = "at least" if kind in parts else "less than"
+            claims.check(
+                f"At {at[kind]}, tilebook's {name} is longer than torch.add's by {word} "
+                f"{EXPLAINS:.0%} of the gap, at the spreads' nearest ends",
+                all(
+                    (getattr(gaps[e], low) >= EXPLAINS * gaps[e].gap_us) == (kind in parts)
+                    for e in es
+                ),
+                differences(es, median, low),
+            )
+
+    t, a = ([r[e]["host_us"] for e in split] for r in (ours, theirs))
+    verdict = say(
+        "A call costs the host {t} µs in tilebook and {a} µs in torch.add (the "
+        "medians); tilebook's is the longer, beyond the spread, at {n} of {m} sizes.  "
+        "Its Python checks the inputs and goes through the autotuner and Triton's "
+        "launcher; torch.add dispatches in C++.",
+        t=span(t),
+        a=span(a),
+        n=sum(host[e].slower for e in split),
+        m=len(split),
+    )
+    for kind, es in why.items():
+        said = {
+            "at": at[kind],
+            "gap": span([gaps[e].gap_us for e in es]),
+            "kernel": span([gaps[e].kernel_us for e in es], "{:+.1f}"),
+            "host": span([gaps[e].host_us for e in es], "{:+.1f}"),
+        }
+        if kind == "neither":
+            said["share"] = EXPLAINS
+        verdict += say(GAP + SAYS[kind], **said)
+        if kind in ("host", "both") and all(gaps[e].host_us > gaps[e].gap_us for e in es):
+            verdict += say(OVERLAP)
+    level = [e for e in split if e not in behind]  # where tilebook is not behind
+    if why and level:
+        extra = [ours[e]["host_us"] - theirs[e]["host_us"] for e in level]
+        trailing = [g.host_us for g in gaps.values()]
+        alike = min(extra) >= 0.8 * min(trailing) and max(extra) <= 1.25 * max(trailing)
+        verdict += say(
+            "Where tilebook is not behind ({at}) its host time is longer by {extra} µs, "
+            "against {trail} µs where it trails{so}.",
+            at=", ".join(f"2^{e}" for e in level),
+            extra=span(extra, "{:+.1f}"),
+            trail=span(trailing, "{:+.1f}"),
+            so=": the extra host time is there at every size, so it does not decide "
+            "alone which sizes trail"
+            if alike
+            else "",
+        )
+    return verdict
