@@ -355,12 +355,12 @@ def _opcheck_samples():
         "act_grad": (r(5, 7, grad=False), r(5, 7, grad=False), "gelu"),
         "softmax": (r(4, 16, grad=False),),  # its autograd is SoftmaxFunction's
         "softmax_backward": (sm, r(4, 16, grad=False)),
-        "rms_norm": (x, w, 1e-6),
+        "rms_norm": (x.detach(), w.detach(), 1e-6),  # its gradient: RMSNormFunction's
         "rms_norm_backward": (r(4, 16, grad=False), x.detach(), w.detach(), rstd),
-        "layer_norm": (x, w, r(16), 1e-5),
+        "layer_norm": (x.detach(), w.detach(), r(16, grad=False), 1e-5),
         "layer_norm_backward": (r(4, 16, grad=False), x.detach(), w.detach(), stats, True, True),
-        "dropout": (r(4, 16), 0.25, 99),
-        "dropout_drawn": (r(4, 16), 0.25, torch.tensor(99)),
+        "dropout": (r(4, 16, grad=False), 0.25, 99),
+        "dropout_drawn": (r(4, 16, grad=False), 0.25, torch.tensor(99)),
         # No gradient: flash_attention's autograd is its autograd.Function, which calls
         # the operators (and so has no autograd formula to check here).
         "flash_attention": (q.detach(), q.detach(), q.detach(), None, 0.2, *CAUSAL_16),
@@ -399,6 +399,9 @@ _TRACE_SCRIPT = r"""
 import json, sys
 import torch, tilebook
 from tilebook.ops import library
+from tilebook.ops.dropout import DropoutFunction
+from tilebook.ops.layer_norm import LayerNormFunction
+from tilebook.ops.rms_norm import RMSNormFunction
 from tilebook.ops.matmul import ProductFunction as Product
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
@@ -422,11 +425,11 @@ cases = {
                      r(256, 128), r(128, 64), r(64)),
     "softmax": (lambda x: SF(x), r(64, 4096)),
     "softmax online": (lambda x: SF(x), r(8, 131072)),
-    "rms_norm": (lambda x, w: T.rms_norm(x, w, 1e-6)[0], r(64, 4096), r(4096)),
-    "rms_norm chunked": (lambda x, w: T.rms_norm(x, w, 1e-6)[0], r(8, 65536), r(65536)),
-    "layer_norm": (lambda x, w, b: T.layer_norm(x, w, b, 1e-5)[0], r(64, 4096), r(4096), r(4096)),
-    "layer_norm chunked": (lambda x, w, b: T.layer_norm(x, w, b, 1e-5)[0], r(8, 65536), r(65536), r(65536)),
-    "dropout": (lambda x: T.dropout(x, 0.1, 5), r(4096)),
+    "rms_norm": (lambda x, w: RMSNormFunction.apply(x, w, 1e-6), r(64, 4096), r(4096)),
+    "rms_norm chunked": (lambda x, w: RMSNormFunction.apply(x, w, 1e-6), r(8, 65536), r(65536)),
+    "layer_norm": (lambda x, w, b: LayerNormFunction.apply(x, w, b, 1e-5), r(64, 4096), r(4096), r(4096)),
+    "layer_norm chunked": (lambda x, w, b: LayerNormFunction.apply(x, w, b, 1e-5), r(8, 65536), r(65536), r(65536)),
+    "dropout": (lambda x: DropoutFunction.apply(x, 0.1, 5), r(4096)),
 }
 found = {}
 for name, (fn, *args) in cases.items():

@@ -204,22 +204,6 @@ def _apply(x: torch.Tensor, p: float, seed: int) -> torch.Tensor:
     return y
 
 
-class DropoutFunction(torch.autograd.Function):
-    """Dropout with the mask regenerated from the seed in the backward pass."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, p: float, seed: int) -> torch.Tensor:
-        ctx.p, ctx.seed = p, seed
-        return _apply(x.contiguous(), p, seed)
-
-    @staticmethod
-    def backward(ctx, dy: torch.Tensor):
-        # Dropout is linear: its gradient is the same mask and scale applied to dy.
-        # Elements are numbered by position in the shape, so dy's strides (the
-        # expanded ones of .sum().backward(), say) only cost a copy.
-        return _apply(dy.contiguous(), ctx.p, ctx.seed), None, None
-
-
 def _check_p(p: object) -> float:
     if isinstance(p, bool) or not isinstance(p, (float, int)):
         raise TypeError(f"dropout: p must be a float, got {type(p).__name__}")
@@ -276,31 +260,42 @@ dropout_op = library.define("dropout", _op_forward, kernels=(dropout_kernel,))
 dropout_drawn_op = library.define_opaque("dropout_drawn", _op_drawn, fake=_op_drawn_fake)
 
 
-def _op_setup(ctx, inputs, output) -> None:
-    ctx.p, ctx.seed = inputs[1], inputs[2]
+def _traced(x: torch.Tensor, p: float, seed) -> torch.Tensor:
+    """Inside torch.compile: the operator of an int ``seed``, or of one drawn in the graph
+    (a 0-d tensor)."""
+    if isinstance(seed, torch.Tensor):
+        return dropout_drawn_op(x, p, seed)
+    return dropout_op(x, p, seed)
 
 
-def _op_grad(ctx, dy):
-    # Linear in x: the same mask and scale applied to dy.
-    return dropout_op(dy, ctx.p, ctx.seed), None, None
+_compiling = torch.compiler.is_compiling
 
 
-def _op_drawn_setup(ctx, inputs, output) -> None:
-    ctx.p = inputs[1]
-    ctx.save_for_backward(inputs[2])
+class DropoutFunction(torch.autograd.Function):
+    """Dropout with the mask regenerated from the seed in the backward pass: the kernel,
+    or, inside ``torch.compile``, the operators (``seed`` an int or, drawn in the graph,
+    a 0-d int64 tensor)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, p: float, seed) -> torch.Tensor:
+        ctx.p, ctx.seed = p, seed
+        if _compiling():
+            return _traced(x, p, seed)
+        return _apply(x.contiguous(), p, seed)
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor):
+        # Dropout is linear: its gradient is the same mask and scale applied to dy.
+        # Elements are numbered by position in the shape, so dy's strides (the
+        # expanded ones of .sum().backward(), say) only cost a copy.
+        if _compiling():
+            return _traced(dy, ctx.p, ctx.seed), None, None
+        return _apply(dy.contiguous(), ctx.p, ctx.seed), None, None
 
 
-def _op_drawn_grad(ctx, dy):
-    (seed,) = ctx.saved_tensors
-    return dropout_drawn_op(dy, ctx.p, seed), None, None
-
-
-dropout_op.register_autograd(_op_grad, setup_context=_op_setup)
-dropout_drawn_op.register_autograd(_op_drawn_grad, setup_context=_op_drawn_setup)
-
-
-def _compiled(x, p, seed, training) -> torch.Tensor:
-    """:func:`dropout` inside torch.compile: the checks, then an operator."""
+def _checked(x, p, seed, training) -> tuple[float, int | None, bool]:
+    """The checks of :func:`dropout`'s arguments: ``(p, seed or None, whether x is
+    returned as it is)``."""
     check_tensor(x, "x", "dropout")
     p = _check_p(p)
     if not isinstance(training, bool):
@@ -308,17 +303,12 @@ def _compiled(x, p, seed, training) -> torch.Tensor:
     if seed is not None:
         seed = _check_seed(seed)
     if not training or p == 0.0:
-        return x
+        return p, seed, True
     if x.numel() > MAX_NUMEL:
         raise ValueError(
             f"dropout: x has {x.numel()} elements, but dropout supports at most {MAX_NUMEL}"
         )
-    if seed is None:
-        return dropout_drawn_op(x, p, torch.randint(0, 2**62, (), dtype=torch.int64))
-    return dropout_op(x, p, seed)
-
-
-_compiling = torch.compiler.is_compiling
+    return p, seed, False
 
 
 def compile_jobs(arch: int = 90, dtype: torch.dtype | None = None) -> dict[str, dict]:
@@ -365,21 +355,15 @@ def dropout(
     --------
     >>> y = tilebook.dropout(x, 0.1, seed=1234)   # doctest: +SKIP
     """
-    if _compiling():
-        return _compiled(x, p, seed, training)
-    check_tensor(x, "x", "dropout")
-    p = _check_p(p)
-    if not isinstance(training, bool):
-        raise TypeError(f"dropout: training must be a bool, got {type(training).__name__}")
-    if not training or p == 0.0:
-        if seed is not None:
-            _check_seed(seed)
+    p, seed, identity = _checked(x, p, seed, training)
+    if identity:
         return x
-    seed = _check_seed(seed)
-    if x.numel() > MAX_NUMEL:
-        raise ValueError(
-            f"dropout: x has {x.numel()} elements, but dropout supports at most {MAX_NUMEL}"
-        )
+    if _compiling():
+        if seed is None:  # drawn in the graph, from torch's generator as eager draws it
+            seed = torch.randint(0, 2**62, (), dtype=torch.int64)
+        return DropoutFunction.apply(x, p, seed)
+    if seed is None:
+        seed = _check_seed(None)
     if x.requires_grad and _grad_enabled():
         return DropoutFunction.apply(x, p, seed)
     return _apply(x.contiguous(), p, seed)

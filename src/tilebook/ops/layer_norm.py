@@ -6,9 +6,9 @@ mean and (biased) variance taken over the last dimension: ``F.layer_norm(x, (N,)
 weight, bias, eps)``; ``weight`` and ``bias`` are each optional.  The kernels share
 out the work as :mod:`tilebook.ops.rms_norm`'s do, and everything around them
 (configuration, plans of repeat calls, checks, the backward's partial sums) is
-:mod:`tilebook.ops.norms`'.  Here: the math, in five kernels of some 320 lines (two
+:mod:`tilebook.ops.norms`'.  Here: the math, in five kernels of some 270 lines (two
 row statistics, two sums over rows and optional parameters make them the longest of
-the norms): the module is longer than 500 lines for them.
+the norms), with their measured reasons: they make the module longer than 500 lines.
 
 * Forward: the mean, then the variance of ``x - mean`` (two reductions over
   registers, so no cancellation); ``mean`` and ``rstd`` (fp32, per row) are kept.
@@ -92,26 +92,15 @@ def layer_norm_fwd_kernel(
     b_ptr,  # (n_cols,) or unused (HAS_B False)
     y_ptr,  # (n_rows, n_cols), unit stride along a row
     stats_ptr,  # (2, n_rows) fp32: mean, then rstd
-    n_rows,
-    n_cols,
-    x_row_stride,
-    y_row_stride,
-    eps,
+    n_rows, n_cols, x_row_stride, y_row_stride, eps,
     BLOCK_N: tl.constexpr,  # next power of two >= n_cols
     ROWS: tl.constexpr,  # rows per program
-    HAS_W: tl.constexpr,
-    HAS_B: tl.constexpr,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr,
     RELOAD: tl.constexpr,  # read x again for y (from L2) instead of keeping it in registers
     EVEN: tl.constexpr,  # n_cols == BLOCK_N and ROWS divides n_rows: no masks at all
-):
-    pid = tl.program_id(0)
-    rows = pid * ROWS + tl.arange(0, ROWS)
-    cols = tl.arange(0, BLOCK_N)
-    row_ok = rows < n_rows
-    col_ok = cols < n_cols
-    mask = row_ok[:, None] & col_ok[None, :]
-    # int64 row offsets: n_rows * stride passes 2**31 for large activations.
-    rows64 = rows.to(tl.int64)[:, None]
+):  # fmt: skip
+    cols, col_ok = norms.columns(0, n_cols, BLOCK_N)
+    rows, row_ok, mask, rows64 = norms.row_tile(tl.program_id(0) * ROWS, ROWS, n_rows, col_ok)
     x_ptrs = x_ptr + rows64 * x_row_stride + cols[None, :]
 
     # evict_last measured faster than no hint for rms_norm's same access pattern.
@@ -137,30 +126,22 @@ def layer_norm_fwd_kernel(
 
 @triton.jit
 def layer_norm_bwd_kernel(
-    dy_ptr,  # (n_rows, n_cols), unit stride along a row
-    x_ptr,  # (n_rows, n_cols), unit stride along a row
+    dy_ptr, x_ptr,  # (n_rows, n_cols), unit stride along a row
     w_ptr,  # (n_cols,) or unused (HAS_W False)
     stats_ptr,  # (2, n_rows) fp32 from the forward: mean, rstd
     dx_ptr,  # (n_rows, n_cols), unit stride along a row
     partial_ptr,  # (num_programs(1), 2, n_cols) fp32: dweight, dbias per program
-    n_rows,
-    n_cols,
-    dy_row_stride,
-    x_row_stride,
-    dx_row_stride,
+    n_rows, n_cols, dy_row_stride, x_row_stride, dx_row_stride,
     BLOCK_N: tl.constexpr,  # next power of two >= n_cols
     ROWS: tl.constexpr,  # rows per loop step
     COL_SPLITS: tl.constexpr,  # programs that share a row, each owning BLOCK_N // COL_SPLITS
-    HAS_W: tl.constexpr,
-    NEED_DW: tl.constexpr,
-    NEED_DB: tl.constexpr,
-):
+    HAS_W: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
+):  # fmt: skip
     split = tl.program_id(0)  # which slice of the columns this program owns
     pid = tl.program_id(1)
     n_progs = tl.num_programs(1)
     SLICE: tl.constexpr = BLOCK_N // COL_SPLITS
-    cols = tl.arange(0, BLOCK_N)
-    col_ok = cols < n_cols
+    cols, col_ok = norms.columns(0, n_cols, BLOCK_N)
     own = split * SLICE + tl.arange(0, SLICE)
     own_ok = own < n_cols
     dw_acc = tl.zeros((ROWS, SLICE), dtype=tl.float32)
@@ -170,14 +151,10 @@ def layer_norm_bwd_kernel(
     # any moment the grid streams through one region of memory (and the programs
     # that share a row read it at the same time).
     for start in range(pid * ROWS, n_rows, n_progs * ROWS):
-        rows = start + tl.arange(0, ROWS)
-        row_ok = rows < n_rows
-        rows64 = rows.to(tl.int64)[:, None]
+        rows, row_ok, mask, rows64 = norms.row_tile(start, ROWS, n_rows, col_ok)
         # Rows past the end get mean = rstd = 0 and dy = 0: they add nothing.
         mean = tl.load(stats_ptr + rows, mask=row_ok, other=0.0)
         rstd = tl.load(stats_ptr + n_rows + rows, mask=row_ok, other=0.0)
-
-        mask = row_ok[:, None] & col_ok[None, :]
         x = tl.load(x_ptr + rows64 * x_row_stride + cols[None, :], mask=mask, other=0.0)
         dy = tl.load(dy_ptr + rows64 * dy_row_stride + cols[None, :], mask=mask, other=0.0)
         # Padding columns load x = 0, which is not x_hat = 0: mask them out.
@@ -231,30 +208,18 @@ def layer_norm_bwd_kernel(
 @triton.jit
 def layer_norm_fwd_chunked_kernel(
     x_ptr,  # (n_rows, n_cols), unit stride along a row
-    w_ptr,
-    b_ptr,
+    w_ptr, b_ptr,
     y_ptr,  # (n_rows, n_cols), unit stride along a row
     stats_ptr,  # (2, n_rows) fp32: mean, then rstd
-    n_rows,
-    n_cols,
-    x_row_stride,
-    y_row_stride,
-    eps,
+    n_rows, n_cols, x_row_stride, y_row_stride, eps,
     BLOCK_N: tl.constexpr,  # chunk width, a power of two
-    HAS_W: tl.constexpr,
-    HAS_B: tl.constexpr,
-):
-    pid = tl.program_id(0)
-    n_progs = tl.num_programs(0)
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+):  # fmt: skip
     cols = tl.arange(0, BLOCK_N)
     n_chunks = tl.cdiv(n_cols, BLOCK_N)
-    # A persistent grid: few rows are in flight at once, so that a row read by the
-    # first walk is still in L2 when the second walk reads it again.
-    for i in tl.range(0, tl.cdiv(n_rows - pid, n_progs)):
-        row = pid + i * n_progs
-        row64 = row.to(tl.int64)
-        x_row = x_ptr + row64 * x_row_stride
-        y_row = y_ptr + row64 * y_row_stride
+    # A persistent grid, as in rms_norm_fwd_chunked_kernel.
+    for i in tl.range(0, tl.cdiv(n_rows - tl.program_id(0), tl.num_programs(0))):
+        row, x_row, y_row = norms.walk_row(i, x_ptr, y_ptr, x_row_stride, y_row_stride)
         # The shift k: the first chunk's mean, close to the row's.
         x0 = tl.load(x_row + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
         k = tl.sum(x0, axis=0) / tl.minimum(n_cols, BLOCK_N)
@@ -289,18 +254,14 @@ def layer_norm_fwd_chunked_kernel(
 
 @triton.jit
 def layer_norm_bwd_dot_kernel(
-    dy_ptr,  # (n_rows, n_cols), unit stride along a row
-    x_ptr,  # (n_rows, n_cols), unit stride along a row
+    dy_ptr, x_ptr,  # (n_rows, n_cols), unit stride along a row
     w_ptr,
     stats_ptr,  # (2, n_rows) fp32: mean, rstd
     dot_ptr,  # (2, n_rows, n_chunks) fp32: sum(g), sum(g * x_hat) per row chunk
-    n_rows,
-    n_cols,
-    dy_row_stride,
-    x_row_stride,
+    n_rows, n_cols, dy_row_stride, x_row_stride,
     BLOCK_N: tl.constexpr,  # chunk width, a power of two
     HAS_W: tl.constexpr,
-):
+):  # fmt: skip
     # One program per (row, chunk), row-major: the grid streams through memory in
     # order, and program pid's partial sums land at dot_ptr + pid.
     pid = tl.program_id(0)
@@ -322,52 +283,33 @@ def layer_norm_bwd_dot_kernel(
 
 @triton.jit
 def layer_norm_bwd_chunked_kernel(
-    dy_ptr,  # (n_rows, n_cols), unit stride along a row
-    x_ptr,  # (n_rows, n_cols), unit stride along a row
+    dy_ptr, x_ptr,  # (n_rows, n_cols), unit stride along a row
     w_ptr,
     stats_ptr,  # (2, n_rows) fp32: mean, rstd
     dot_ptr,  # (2, n_rows, n_dots) fp32, from layer_norm_bwd_dot_kernel
     dx_ptr,  # (n_rows, n_cols), unit stride along a row
     partial_ptr,  # (num_programs(1), 2, n_cols) fp32
-    n_rows,
-    n_cols,
-    n_dots,
-    dy_row_stride,
-    x_row_stride,
-    dx_row_stride,
+    n_rows, n_cols, n_dots, dy_row_stride, x_row_stride, dx_row_stride,
     BLOCK_N: tl.constexpr,  # column chunk of this program, a power of two
     ROWS: tl.constexpr,  # rows per loop step
     DOTS: tl.constexpr,  # next power of two >= n_dots
-    HAS_W: tl.constexpr,
-    NEED_DW: tl.constexpr,
-    NEED_DB: tl.constexpr,
-):
+    HAS_W: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
+):  # fmt: skip
     # Program (chunk, split) owns columns [chunk * BLOCK_N, (chunk + 1) * BLOCK_N)
     # and every num_programs(1)-th row block: its share of dweight and dbias for
     # those columns stays in registers, as in layer_norm_bwd_kernel.
     split = tl.program_id(1)
-    n_splits = tl.num_programs(1)
-    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_ok = cols < n_cols
-    parts = tl.arange(0, DOTS)
+    cols, col_ok = norms.columns(tl.program_id(0) * BLOCK_N, n_cols, BLOCK_N)
     n_blocks = tl.cdiv(n_rows, ROWS)
     dw_acc = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
     db_acc = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
 
-    for b in tl.range(split, n_blocks, n_splits):
-        # Last row block first: the dot kernel read the rows in order, so the last
-        # ones are the likeliest still to be in L2.
-        rows = (n_blocks - 1 - b) * ROWS + tl.arange(0, ROWS)
-        row_ok = rows < n_rows
-        mask = row_ok[:, None] & col_ok[None, :]
-        rows64 = rows.to(tl.int64)[:, None]
-        # The whole row's sums from its chunks' partial sums, always added in the
-        # same order: every column chunk of a row gets the same c1 and c2.
-        dot_mask = row_ok[:, None] & (parts < n_dots)[None, :]
-        dot_ptrs = dot_ptr + rows[:, None] * n_dots + parts[None, :]
-        c1 = tl.sum(tl.load(dot_ptrs, mask=dot_mask, other=0.0), axis=1) / n_cols
-        dot_ptrs += n_rows * n_dots
-        c2 = tl.sum(tl.load(dot_ptrs, mask=dot_mask, other=0.0), axis=1) / n_cols
+    # Last row block first, as in rms_norm_bwd_chunked_kernel.
+    for b in tl.range(split, n_blocks, tl.num_programs(1)):
+        rows, row_ok, mask, rows64 = norms.row_tile((n_blocks - 1 - b) * ROWS, ROWS, n_rows, col_ok)
+        # The whole row's sums, from its chunks' partial sums.
+        c1 = norms.row_sums(dot_ptr, rows, row_ok, n_dots, DOTS) / n_cols
+        c2 = norms.row_sums(dot_ptr + n_rows * n_dots, rows, row_ok, n_dots, DOTS) / n_cols
         # Rows past the end get rstd = 0 and dy = 0: they add nothing.
         mean = tl.load(stats_ptr + rows, mask=row_ok, other=0.0)
         rstd = tl.load(stats_ptr + n_rows + rows, mask=row_ok, other=0.0)
@@ -456,10 +398,7 @@ def _fwd_plan(x, weight, bias, rows=None, num_warps=None, chunked=None, chunk=No
 
 def _plan(x: torch.Tensor, weight, bias, *settings) -> norms.FwdPlan:
     """The forward plan of a call on ``x`` (any shape and strides)."""
-    x2 = norms.as_rows(x, x.shape[-1])
-    launch = _fwd_plan(x2, weight, bias, *settings) if x2.numel() else None
-    direct = x2 is x or x2.data_ptr() == x.data_ptr()  # a view of x, not a copy
-    return norms.FwdPlan(launch, x, x2, (2, x2.shape[0]), direct)
+    return norms.plan(x, _fwd_plan, 2, weight, bias, *settings)
 
 
 def _params(x, weight, bias) -> tuple:
@@ -468,18 +407,11 @@ def _params(x, weight, bias) -> tuple:
 
 
 def launch_layer_norm_fwd(
-    x: torch.Tensor,
-    weight: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    eps: float,
-    *,
-    rows_per_program: int | None = None,
-    num_warps: int | None = None,
-    chunked: bool | None = None,
-    chunk: int | None = None,
-    programs_per_sm: int | None = None,
+    x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float, *,
+    rows_per_program: int | None = None, num_warps: int | None = None,
+    chunked: bool | None = None, chunk: int | None = None, programs_per_sm: int | None = None,
     via=None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """Run the forward kernel on a checked 2-D ``x`` with unit column stride.
 
     Returns ``(y, stats)``: ``y`` contiguous with ``x``'s shape and dtype, ``stats``
@@ -490,6 +422,7 @@ def launch_layer_norm_fwd(
     """
     settings = (rows_per_program, num_warps, chunked, chunk, programs_per_sm)
     launch = _fwd_plan(x, weight, bias, *settings) if x.numel() else None
+    # x is rows already: no data pointers to compare (the operator's body sees fakes).
     plan = norms.FwdPlan(launch, x, x, (2, x.shape[0]), True)
     y, stats, _ = norms.forward(plan, x, _params(x, weight, bias), eps, via)
     return y, stats
@@ -515,21 +448,12 @@ def _bwd_plan(x, weight, needs, shape=None, strides=None, rows=None, warps=None,
 
 
 def launch_layer_norm_bwd(
-    dy: torch.Tensor,
-    x: torch.Tensor,
-    weight: torch.Tensor | None,
-    stats: torch.Tensor,
-    *,
-    need_dw: bool | None = None,
-    need_db: bool = True,
-    rows_per_program: int | None = None,
-    num_warps: int | None = None,
-    programs_per_sm: int | None = None,
-    col_splits: int | None = None,
-    chunked: bool | None = None,
-    chunk: int | None = None,
-    via=None,
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, stats: torch.Tensor, *,
+    need_dw: bool | None = None, need_db: bool = True,
+    rows_per_program: int | None = None, num_warps: int | None = None,
+    programs_per_sm: int | None = None, col_splits: int | None = None,
+    chunked: bool | None = None, chunk: int | None = None, via=None,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:  # fmt: skip
     """Run the backward kernels on checked 2-D ``dy`` and ``x`` (unit column stride).
 
     Returns ``dx`` in ``x``'s dtype and ``dweight`` and ``dbias`` in the weight's
@@ -545,35 +469,6 @@ def launch_layer_norm_bwd(
     plan = _bwd_plan(x, weight, (need_dw, need_db), None, strides, rows_per_program, num_warps,
                      programs_per_sm, col_splits, chunked, chunk)  # fmt: skip
     return norms.backward(plan, dy, x, weight, stats, x.dtype, via)
-
-
-# ---------------------------------------------------------------------------
-# Autograd and the public function
-# ---------------------------------------------------------------------------
-
-
-class LayerNormFunction(torch.autograd.Function):
-    """Autograd for :func:`layer_norm` (``weight`` and ``bias`` with unit stride).
-
-    ``plan`` is the call's forward plan (:class:`tilebook.ops.norms.FwdPlan`; default:
-    planned here): plumbing of :func:`layer_norm`, with no gradient.
-    """
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, eps: float, plan=None) -> torch.Tensor:
-        plan = plan or _plan(x, weight, bias)
-        y, stats, x2 = norms.forward(plan, x, _params(x, weight, bias), eps)
-        ctx.plan = plan
-        ctx.save_for_backward(x2, weight, stats)
-        return y
-
-    @staticmethod
-    def backward(ctx, dy: torch.Tensor):
-        x2, weight, stats = ctx.saved_tensors
-        need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        needs = (need_w and weight is not None, need_b)
-        dx, dw, db = norms.backward_of(ctx.plan, _bwd_plan, dy, x2, weight, stats, needs)
-        return (dx if need_x else None), dw, db, None, None
 
 
 # ---------------------------------------------------------------------------
@@ -605,64 +500,60 @@ def _op_backward(
     return dx, x.new_empty(0) if dw is None else dw, x.new_empty(0) if db is None else db
 
 
-_KERNELS = (
-    layer_norm_fwd_kernel, layer_norm_fwd_chunked_kernel, *_BWD_KERNELS, sum_partials_kernel,
+layer_norm_op, layer_norm_backward_op = norms.define_ops(
+    _OP, _op_forward, _op_backward, (layer_norm_fwd_kernel, layer_norm_fwd_chunked_kernel,
+                                     *_BWD_KERNELS, sum_partials_kernel)
 )  # fmt: skip
-layer_norm_op = library.define("layer_norm", _op_forward, kernels=_KERNELS)
-layer_norm_backward_op = library.define("layer_norm_backward", _op_backward, kernels=_KERNELS)
-
-
-def _op_setup(ctx, inputs, output) -> None:
-    x, weight, bias, _ = inputs
-    ctx.save_for_backward(x, weight, output[1])
-    ctx.has_bias = bias is not None
-
-
-def _op_grad(ctx, dy, _dstats):
-    x, weight, stats = ctx.saved_tensors
-    need_w = weight is not None and ctx.needs_input_grad[1]
-    need_b = ctx.has_bias and ctx.needs_input_grad[2]
-    dy2 = norms.as_rows(dy, x.shape[1])
-    dx, dw, db = layer_norm_backward_op(dy2, x, weight, stats, need_w, need_b)
-    return dx, (dw if need_w else None), (db if need_b else None), None
-
-
-layer_norm_op.register_autograd(_op_grad, setup_context=_op_setup)
-
-
-def _compiled(x, weight, bias, eps) -> torch.Tensor:
-    """:func:`layer_norm` inside torch.compile: the checks, then the operator."""
-    eps = norms.check_args(_OP, x, eps, weight=weight, bias=bias)
-    w = None if weight is None else weight.contiguous()
-    b = None if bias is None else bias.contiguous()
-    y, _ = layer_norm_op(norms.as_rows(x, x.shape[-1]), w, b, eps)
-    return y.view(x.shape)
 
 
 def compile_jobs(arch: int = 90, dtype: torch.dtype | None = None) -> dict[str, dict]:
     """The six kernels as jobs of :func:`tilebook.course.aot.compile_many` for ``sm_<arch>``,
     configured as the launchers configure them, with a weight and a bias: rows of 4096
     (whole rows), of 16384 (the chunked backward) and of 65536 (the chunked forward)."""
-    from . import targets
+    return norms.compile_jobs(
+        arch, dtype, lambda x, w: _op_forward(x, w, w, 1e-5),
+        lambda x, w, stats: _op_backward(x, x, w, stats, True, True), 2,
+        ((64, 4096, True, True), (8, 16384, False, True), (8, 65536, True, False)),
+    )  # fmt: skip
 
-    dt = dtype or targets.default_dtype(arch)
-    jobs = {}
-    for n_rows, n_cols, fwd, bwd in ((64, 4096, True, True), (8, 16384, False, True),
-                                     (8, 65536, True, False)):  # fmt: skip
-        x = targets.meta_tensor(n_rows, n_cols, dtype=dt)
-        w = targets.meta_tensor(n_cols, dtype=dt)
-        stats = targets.meta_tensor(2, n_rows)
-        where = f"{n_rows}x{n_cols}"
-        if fwd:
-            jobs |= targets.recorded(lambda x=x, w=w: _op_forward(x, w, w, 1e-5), arch, where)
-        if bwd:
-            body = lambda x=x, w=w, s=stats: _op_backward(x, x, w, s, True, True)
-            jobs |= targets.recorded(body, arch, where)
-    return jobs
 
+# ---------------------------------------------------------------------------
+# Autograd and the public function
+# ---------------------------------------------------------------------------
 
 _compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
+
+
+class LayerNormFunction(torch.autograd.Function):
+    """Autograd for :func:`layer_norm` (``weight`` and ``bias`` with unit stride): the
+    kernels, or, inside ``torch.compile``, the operators.
+
+    ``plan`` is the call's forward plan (:class:`tilebook.ops.norms.FwdPlan`; default:
+    planned here): plumbing of :func:`layer_norm`, with no gradient.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps: float, plan=None) -> torch.Tensor:
+        if _compiling():
+            return norms.traced_forward(ctx, layer_norm_op, x, weight, bias, eps)
+        ctx.plan = plan = plan or _plan(x, weight, bias)
+        y, stats, x2 = norms.forward(plan, x, _params(x, weight, bias), eps)
+        ctx.save_for_backward(x2, weight, stats)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor):
+        x2, weight, stats = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        needs = (need_w and weight is not None, need_b)
+        if _compiling():
+            op = layer_norm_backward_op
+            dx, dw, db = norms.traced_backward(op, dy, x2, weight, stats, *needs)
+        else:
+            dx, dw, db = norms.backward_of(ctx.plan, _bwd_plan, dy, x2, weight, stats, needs)
+        dw, db = (dw if needs[0] else None), (db if needs[1] else None)  # the operator's empties
+        return (dx if need_x else None), dw, db, None, None
 
 
 def _needs_grad(*ts) -> bool:
@@ -684,13 +575,16 @@ def layer_norm(
     gradients of ``weight`` and ``bias`` are summed without atomics, in a fixed
     order, so they are the same from run to run.
 
+    Inside ``torch.compile`` the call is traced to the operators
+    ``torch.ops.tilebook.layer_norm`` and ``layer_norm_backward`` (:mod:`tilebook.ops.library`):
+    no graph break, and Inductor sees the kernels.
+
     Parameters
     ----------
     x
-        Tensor of shape ``(..., N)``, float16, bfloat16 or float32, on tilebook's
+        Tensor of shape ``(..., N)`` (``N`` at most :data:`MAX_HIDDEN`, ``2**20``; long
+        rows take the chunked kernels), float16, bfloat16 or float32, on tilebook's
         device.  Any strides: rows that are not evenly strided are copied first.
-        ``N`` may be at most :data:`MAX_HIDDEN` (``2**20``); long rows take the
-        chunked kernels.
     weight, bias
         None, or 1-D tensors of size ``N`` on ``x``'s device, with ``x``'s dtype or,
         for a float16 or bfloat16 ``x``, both in float32 (mixed precision: their
@@ -698,23 +592,15 @@ def layer_norm(
     eps
         Positive number added to the variance, for stability.
 
-    Notes
-    -----
-    Inside ``torch.compile`` the call is the operator ``torch.ops.tilebook.layer_norm``
-    (:mod:`tilebook.ops.library`): no graph break, and Inductor sees the kernels.
-
     Examples
     --------
     >>> y = tilebook.layer_norm(x, weight, bias, eps=1e-5)   # doctest: +SKIP
     """
-    if autocasting(x):
-        x, weight, bias = upper(
-            "layer_norm", x, weight, bias
-        )  # as torch's layer_norm under autocast
-    if _compiling():
-        return _compiled(x, weight, bias, eps)
+    if autocasting(x):  # as torch's layer_norm under autocast
+        x, weight, bias = upper("layer_norm", x, weight, bias)
     key = plan = None
-    if plain(x) and (weight is None or plain(weight)) and (bias is None or plain(bias)):
+    if (not _compiling() and plain(x) and (weight is None or plain(weight))
+            and (bias is None or plain(bias))):  # fmt: skip
         # A repeat call: its key fixes everything the checks and the plan looked at
         # but eps (a runtime argument of the kernels, so it may differ).
         key = call_key(x, weight, bias, _plan, FWD_CHUNKED_THRESHOLD, CHUNK_FWD,
@@ -728,6 +614,8 @@ def layer_norm(
     # The kernels read weight and bias with unit stride (a copy is recorded).
     w = None if weight is None else weight.contiguous()
     b = None if bias is None else bias.contiguous()
+    if _compiling():  # traced: the Function calls the operators
+        return LayerNormFunction.apply(x, w, b, eps)
     if plan is None:
         plan = _plan(x, w, b)
         if key is not None and w is weight and b is bias:

@@ -25,13 +25,18 @@ alike; their math differs, and each op module holds its own kernels.
 
 Everything around the kernels is here, once:
 
+* the kernels' shared pieces of Triton (:func:`columns`, :func:`row_tile`,
+  :func:`row_sums`, :func:`walk_row`);
 * the launch configuration rules and their checks;
 * the arguments' checks;
 * the plans: what one call launches, decided once per call key
   (:func:`tilebook._launch.call_key`) and kept in :data:`tilebook._launch.PLANS`, and
   the runners that allocate a plan's outputs and start its
   :class:`~tilebook._launch.Step` objects (eagerly, or through
-  :func:`tilebook.ops.library.launch` inside ``torch.compile``).
+  :func:`tilebook.ops.library.launch` inside ``torch.compile``);
+* what the ops' ``autograd.Function`` does inside ``torch.compile`` (call the ops'
+  ``torch.library`` operators: :func:`traced_forward`, :func:`traced_backward`), the
+  operators themselves (:func:`define_ops`) and their compile jobs (:func:`compile_jobs`).
 """
 
 from __future__ import annotations
@@ -40,9 +45,11 @@ import math
 
 import torch
 import triton
+import triton.language as tl
 
 from .._launch import Step, plain_grad, sm_count
 from ..validation import check_same_device, check_tensor
+from . import library
 from .partials import SUM_BLOCK_C, SUM_BLOCK_P, sum_partials_grid, sum_partials_kernel
 
 __all__ = ["BWD_WARPS_PER_SM", "MAX_HIDDEN", "bwd_rule", "fwd_rule"]
@@ -53,6 +60,45 @@ __all__ = ["BWD_WARPS_PER_SM", "MAX_HIDDEN", "bwd_rule", "fwd_rule"]
 MAX_HIDDEN = 1 << 20
 #: Resident warps per SM that the persistent backward grids aim for.
 BWD_WARPS_PER_SM = 16
+
+
+# --------------------------------------------------------------------------- kernels' pieces
+
+
+@triton.jit
+def columns(first, n_cols, BLOCK_N: tl.constexpr):
+    """Columns ``first`` to ``first + BLOCK_N - 1``, and which of them exist."""
+    cols = first + tl.arange(0, BLOCK_N)
+    return cols, cols < n_cols
+
+
+@triton.jit
+def row_tile(first, ROWS: tl.constexpr, n_rows, col_ok):
+    """Rows ``first`` to ``first + ROWS - 1`` against the columns ``col_ok``: the rows,
+    which of them exist, the tile's mask, and the rows as int64 offsets (``n_rows *
+    stride`` passes 2**31 for large activations)."""
+    rows = first + tl.arange(0, ROWS)
+    row_ok = rows < n_rows
+    return rows, row_ok, row_ok[:, None] & col_ok[None, :], rows.to(tl.int64)[:, None]
+
+
+@triton.jit
+def row_sums(ptr, rows, row_ok, n_parts, PARTS: tl.constexpr):
+    """Each row's sum of its chunks' partial sums ``ptr[row, :n_parts]`` (``PARTS``: a
+    power of two >= ``n_parts``), always added in the same order, so that every column
+    chunk of a row gets the same sum."""
+    parts = tl.arange(0, PARTS)
+    mask = row_ok[:, None] & (parts < n_parts)[None, :]
+    return tl.sum(tl.load(ptr + rows[:, None] * n_parts + parts[None, :], mask=mask, other=0.0), 1)
+
+
+@triton.jit
+def walk_row(i, x_ptr, y_ptr, x_row_stride, y_row_stride):
+    """Step ``i`` of a persistent program's walk over rows (the chunked forwards): the
+    row, and where its ``x`` and ``y`` start."""
+    row = tl.program_id(0) + i * tl.num_programs(0)
+    row64 = row.to(tl.int64)
+    return row, x_ptr + row64 * x_row_stride, y_ptr + row64 * y_row_stride
 
 
 # --------------------------------------------------------------------------- configuration
@@ -237,6 +283,21 @@ class FwdPlan:
         self.stats, self.bwd = stats, None
 
 
+def plan(x: torch.Tensor, fwd_plan, stats: int, *args) -> FwdPlan:
+    """The forward plan of a call on ``x`` (any shape and strides): ``fwd_plan(rows,
+    *args)`` gives the launch for ``x`` as rows; the kernel keeps ``stats`` fp32
+    statistics per row (none where the launch's ``STORE_RSTD`` is False)."""
+    x2 = as_rows(x, x.shape[-1])
+    launch = fwd_plan(x2, *args) if x2.numel() else None
+    n_rows = x2.shape[0]
+    if launch is not None and not launch[2].get("STORE_RSTD", True):
+        shape = None
+    else:
+        shape = (n_rows,) if stats == 1 else (stats, n_rows)
+    direct = x2 is x or x2.data_ptr() == x.data_ptr()  # a view of x, not a copy
+    return FwdPlan(launch, x, x2, shape, direct)
+
+
 _empty_like = torch.empty_like
 
 
@@ -412,3 +473,52 @@ def backward_of(fwd: FwdPlan, make, dy, x, w, stats, needs) -> tuple:
     plan = make(x2, w, needs, x2.shape, (dy2.stride(0), x2.stride(0), n_cols))
     dx, a, b = backward(plan, dy2, x2, w, stats, dtype)
     return dx.view(dy.shape), a, b
+
+
+# --------------------------------------------------------------------------- torch.compile
+# Inside torch.compile an op's autograd.Function calls its torch.library operators
+# (forward and backward) instead of planning and launching: Dynamo traces the Function
+# and puts the operators in the graph.  Only tensors and Python scalars go on ctx.
+
+
+def traced_forward(ctx, op, x: torch.Tensor, weight, *rest) -> torch.Tensor:
+    """``y`` of ``op(x as rows, weight, *rest)``, an operator that returns ``(y,
+    statistics)``; saves the rows, the weight and the statistics for the backward."""
+    x2 = as_rows(x, x.shape[-1])
+    y, stats = op(x2, weight, *rest)
+    ctx.save_for_backward(x2, weight, stats)
+    return y.view(x.shape)
+
+
+def traced_backward(op, dy: torch.Tensor, x2, *rest) -> tuple:
+    """``op(dy as rows, x2, *rest)``, a backward operator whose first output is ``dx``,
+    with ``dx`` shaped like ``dy``."""
+    dx, *sums = op(as_rows(dy, x2.shape[1]), x2, *rest)
+    return dx.view(dy.shape), *sums
+
+
+def define_ops(name: str, forward, backward, kernels: tuple) -> tuple:
+    """The operators ``tilebook::<name>`` and ``tilebook::<name>_backward`` of a norm's
+    operator bodies (:func:`tilebook.ops.library.define`), which may launch ``kernels``."""
+    return (library.define(name, forward, kernels=kernels),
+            library.define(f"{name}_backward", backward, kernels=kernels))  # fmt: skip
+
+
+def compile_jobs(arch: int, dtype, fwd, bwd, stats: int, sizes: tuple) -> dict[str, dict]:
+    """The jobs of :func:`tilebook.course.aot.compile_many` for a norm's operator bodies
+    ``fwd(x, w)`` and ``bwd(x, w, statistics)`` on meta tensors of ``dtype`` (None: the
+    arch's default), at ``sizes``: ``(rows, columns, forward?, backward?)``."""
+    from . import targets
+
+    dt = dtype or targets.default_dtype(arch)
+    jobs = {}
+    for n_rows, n_cols, with_fwd, with_bwd in sizes:
+        x = targets.meta_tensor(n_rows, n_cols, dtype=dt)
+        w = targets.meta_tensor(n_cols, dtype=dt)
+        s = targets.meta_tensor(*((n_rows,) if stats == 1 else (stats, n_rows)))
+        where = f"{n_rows}x{n_cols}"
+        if with_fwd:
+            jobs |= targets.recorded(lambda x=x, w=w: fwd(x, w), arch, where)
+        if with_bwd:
+            jobs |= targets.recorded(lambda x=x, w=w, s=s: bwd(x, w, s), arch, where)
+    return jobs

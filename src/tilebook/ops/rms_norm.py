@@ -7,7 +7,7 @@ out the work (whole rows in registers, a persistent backward whose ``dweight``
 partial sums :func:`~tilebook.ops.partials.sum_partials_kernel` adds up, chunked
 kernels for long rows) and everything around them that :mod:`tilebook.ops.layer_norm`
 does alike (configuration, plans of repeat calls, checks) is in
-:mod:`tilebook.ops.norms`.  Here: the math, in five kernels of some 230 lines with
+:mod:`tilebook.ops.norms`.  Here: the math, in five kernels of some 180 lines with
 their measured reasons, which make the module longer than 500 lines.
 
 * Forward (:func:`rms_norm_fwd_kernel`): rows reduced to ``rstd`` and scaled before
@@ -86,26 +86,15 @@ def rms_norm_fwd_kernel(
     w_ptr,  # (n_cols,)
     y_ptr,  # (n_rows, n_cols), unit stride along a row
     rstd_ptr,  # (n_rows,) fp32
-    n_rows,
-    n_cols,
-    x_row_stride,
-    y_row_stride,
-    eps,
+    n_rows, n_cols, x_row_stride, y_row_stride, eps,
     BLOCK_N: tl.constexpr,  # next power of two >= n_cols
     ROWS: tl.constexpr,  # rows per program
     STORE_RSTD: tl.constexpr,  # False: no backward follows (rstd_ptr is unused)
     X_EVICT: tl.constexpr,  # L2 policy of the x loads: "" or "evict_last" (see _x_evict)
     EVEN: tl.constexpr,  # n_cols == BLOCK_N and ROWS divides n_rows: no masks at all
-):
-    pid = tl.program_id(0)
-    rows = pid * ROWS + tl.arange(0, ROWS)
-    cols = tl.arange(0, BLOCK_N)
-    row_ok = rows < n_rows
-    col_ok = cols < n_cols
-    mask = row_ok[:, None] & col_ok[None, :]
-    # int64 row offsets: n_rows * stride passes 2**31 for large activations.
-    rows64 = rows.to(tl.int64)[:, None]
-
+):  # fmt: skip
+    cols, col_ok = norms.columns(0, n_cols, BLOCK_N)
+    rows, row_ok, mask, rows64 = norms.row_tile(tl.program_id(0) * ROWS, ROWS, n_rows, col_ok)
     x_ptrs = x_ptr + rows64 * x_row_stride + cols[None, :]
     y_ptrs = y_ptr + rows64 * y_row_stride + cols[None, :]
     x = load_rows(x_ptrs, mask, EVEN, X_EVICT)
@@ -120,34 +109,33 @@ def rms_norm_fwd_kernel(
 
 
 @triton.jit
+def _store_dx(dx_ptrs, mask, g, x_hat, c, rstd):
+    # d/dx of x * rstd(x): the direct term minus the term through rstd's dependence
+    # on every element of the row (c: mean(g * x_hat) over the row).
+    dx = (g - x_hat * c[:, None]) * rstd[:, None]
+    tl.store(dx_ptrs, dx.to(dx_ptrs.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def rms_norm_bwd_kernel(
-    dy_ptr,  # (n_rows, n_cols), unit stride along a row
-    x_ptr,  # (n_rows, n_cols), unit stride along a row
+    dy_ptr, x_ptr,  # (n_rows, n_cols), unit stride along a row
     w_ptr,  # (n_cols,)
     rstd_ptr,  # (n_rows,) fp32, from the forward pass
     dx_ptr,  # (n_rows, n_cols), unit stride along a row
     dw_partial_ptr,  # (num_programs, n_cols) fp32, contiguous
-    n_rows,
-    n_cols,
-    dy_row_stride,
-    x_row_stride,
-    dx_row_stride,
+    n_rows, n_cols, dy_row_stride, x_row_stride, dx_row_stride,
     BLOCK_N: tl.constexpr,
     ROWS: tl.constexpr,  # rows per loop step
-):
+):  # fmt: skip
     pid = tl.program_id(0)
     n_progs = tl.num_programs(0)
-    cols = tl.arange(0, BLOCK_N)
-    col_ok = cols < n_cols
+    cols, col_ok = norms.columns(0, n_cols, BLOCK_N)
     dw_acc = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
 
     # Grid-stride loop: neighbouring programs take neighbouring row blocks, so at
     # any moment the grid streams through one region of memory.
     for start in range(pid * ROWS, n_rows, n_progs * ROWS):
-        rows = start + tl.arange(0, ROWS)
-        row_ok = rows < n_rows
-        mask = row_ok[:, None] & col_ok[None, :]
-        rows64 = rows.to(tl.int64)[:, None]
+        rows, row_ok, mask, rows64 = norms.row_tile(start, ROWS, n_rows, col_ok)
         x = tl.load(x_ptr + rows64 * x_row_stride + cols[None, :], mask=mask, other=0.0)
         dy = tl.load(dy_ptr + rows64 * dy_row_stride + cols[None, :], mask=mask, other=0.0)
         # Rows past the end get rstd = 0, so they contribute nothing to dw.
@@ -159,15 +147,8 @@ def rms_norm_bwd_kernel(
         x_hat = x.to(tl.float32) * rstd[:, None]
         dy = dy.to(tl.float32)
         g = dy * w[None, :]
-        # d/dx of x * rstd(x): the direct term minus the term through rstd's
-        # dependence on every element of the row.
         c = tl.sum(g * x_hat, axis=1) / n_cols
-        dx = (g - x_hat * c[:, None]) * rstd[:, None]
-        tl.store(
-            dx_ptr + rows64 * dx_row_stride + cols[None, :],
-            dx.to(dx_ptr.dtype.element_ty),
-            mask=mask,
-        )
+        _store_dx(dx_ptr + rows64 * dx_row_stride + cols[None, :], mask, g, x_hat, c, rstd)
         dw_acc += dy * x_hat
 
     dw = tl.sum(dw_acc, axis=0)
@@ -185,24 +166,15 @@ def rms_norm_fwd_chunked_kernel(
     w_ptr,  # (n_cols,)
     y_ptr,  # (n_rows, n_cols), unit stride along a row
     rstd_ptr,  # (n_rows,) fp32
-    n_rows,
-    n_cols,
-    x_row_stride,
-    y_row_stride,
-    eps,
+    n_rows, n_cols, x_row_stride, y_row_stride, eps,
     BLOCK_N: tl.constexpr,  # chunk width, a power of two
-):
-    pid = tl.program_id(0)
-    n_progs = tl.num_programs(0)
+):  # fmt: skip
     cols = tl.arange(0, BLOCK_N)
     n_chunks = tl.cdiv(n_cols, BLOCK_N)
     # A persistent grid: few rows are in flight at once, so that a row read by the
     # first walk is still in L2 when the second walk reads it again.
-    for i in tl.range(0, tl.cdiv(n_rows - pid, n_progs)):
-        row = pid + i * n_progs
-        row64 = row.to(tl.int64)
-        x_row = x_ptr + row64 * x_row_stride
-        y_row = y_ptr + row64 * y_row_stride
+    for i in tl.range(0, tl.cdiv(n_rows - tl.program_id(0), tl.num_programs(0))):
+        row, x_row, y_row = norms.walk_row(i, x_ptr, y_ptr, x_row_stride, y_row_stride)
         # Lane-wise sums, reduced once per row: no block-wide reduction per chunk.
         acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
         for c in tl.range(0, n_chunks):
@@ -224,15 +196,12 @@ def rms_norm_fwd_chunked_kernel(
 
 @triton.jit
 def rms_norm_bwd_dot_kernel(
-    dy_ptr,  # (n_rows, n_cols), unit stride along a row
-    x_ptr,  # (n_rows, n_cols), unit stride along a row
+    dy_ptr, x_ptr,  # (n_rows, n_cols), unit stride along a row
     w_ptr,  # (n_cols,)
     dot_ptr,  # (n_rows, n_chunks) fp32, contiguous: sum(dy * w * x) per row chunk
-    n_cols,
-    dy_row_stride,
-    x_row_stride,
+    n_cols, dy_row_stride, x_row_stride,
     BLOCK_N: tl.constexpr,  # chunk width, a power of two
-):
+):  # fmt: skip
     # One program per (row, chunk), row-major: the grid streams through memory in
     # order, and the partial dot of program pid lands at dot_ptr + pid.
     pid = tl.program_id(0)
@@ -248,48 +217,34 @@ def rms_norm_bwd_dot_kernel(
 
 @triton.jit
 def rms_norm_bwd_chunked_kernel(
-    dy_ptr,  # (n_rows, n_cols), unit stride along a row
-    x_ptr,  # (n_rows, n_cols), unit stride along a row
+    dy_ptr, x_ptr,  # (n_rows, n_cols), unit stride along a row
     w_ptr,  # (n_cols,)
     rstd_ptr,  # (n_rows,) fp32, from the forward pass
     dot_ptr,  # (n_rows, n_dots) fp32, from rms_norm_bwd_dot_kernel
     dx_ptr,  # (n_rows, n_cols), unit stride along a row
     dw_partial_ptr,  # (num_programs(1), n_cols) fp32, contiguous
-    n_rows,
-    n_cols,
-    n_dots,
-    dy_row_stride,
-    x_row_stride,
-    dx_row_stride,
+    n_rows, n_cols, n_dots, dy_row_stride, x_row_stride, dx_row_stride,
     BLOCK_N: tl.constexpr,  # column chunk of this program, a power of two
     ROWS: tl.constexpr,  # rows per loop step
     DOTS: tl.constexpr,  # next power of two >= n_dots
-):
+):  # fmt: skip
     # Program (chunk, split) owns columns [chunk * BLOCK_N, (chunk + 1) * BLOCK_N)
     # and every num_programs(1)-th row block: its share of dweight for those columns
     # stays in registers, as in rms_norm_bwd_kernel.
     split = tl.program_id(1)
-    n_splits = tl.num_programs(1)
-    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_ok = cols < n_cols
-    parts = tl.arange(0, DOTS)
+    cols, col_ok = norms.columns(tl.program_id(0) * BLOCK_N, n_cols, BLOCK_N)
     n_blocks = tl.cdiv(n_rows, ROWS)
     dw_acc = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
 
-    for b in tl.range(split, n_blocks, n_splits):
+    for b in tl.range(split, n_blocks, tl.num_programs(1)):
         # Last row block first: the dot kernel read the rows in order, so the last
         # ones are the likeliest still to be in L2.
-        rows = (n_blocks - 1 - b) * ROWS + tl.arange(0, ROWS)
-        row_ok = rows < n_rows
-        mask = row_ok[:, None] & col_ok[None, :]
-        rows64 = rows.to(tl.int64)[:, None]
-        # The whole row's sum(dy * w * x), from its chunks' partial sums, always added
-        # in the same order: every column chunk of a row gets the same c.
-        dot_mask = row_ok[:, None] & (parts < n_dots)[None, :]
-        dots = tl.load(dot_ptr + rows[:, None] * n_dots + parts[None, :], mask=dot_mask, other=0.0)
+        rows, row_ok, mask, rows64 = norms.row_tile((n_blocks - 1 - b) * ROWS, ROWS, n_rows, col_ok)
+        # The whole row's sum(dy * w * x), from its chunks' partial sums.
+        dot = norms.row_sums(dot_ptr, rows, row_ok, n_dots, DOTS)
         # Rows past the end get rstd = 0, so they contribute nothing to dw.
         rstd = tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)
-        c = tl.sum(dots, axis=1) * rstd / n_cols  # sum(g * x_hat) / H
+        c = dot * rstd / n_cols  # sum(g * x_hat) / H
 
         x = tl.load(x_ptr + rows64 * x_row_stride + cols[None, :], mask=mask, other=0.0)
         dy = tl.load(dy_ptr + rows64 * dy_row_stride + cols[None, :], mask=mask, other=0.0)
@@ -297,12 +252,7 @@ def rms_norm_bwd_chunked_kernel(
         x_hat = x.to(tl.float32) * rstd[:, None]
         dy = dy.to(tl.float32)
         g = dy * w[None, :]
-        dx = (g - x_hat * c[:, None]) * rstd[:, None]
-        tl.store(
-            dx_ptr + rows64 * dx_row_stride + cols[None, :],
-            dx.to(dx_ptr.dtype.element_ty),
-            mask=mask,
-        )
+        _store_dx(dx_ptr + rows64 * dx_row_stride + cols[None, :], mask, g, x_hat, c, rstd)
         dw_acc += dy * x_hat
 
     dw = tl.sum(dw_acc, axis=0)
@@ -365,8 +315,8 @@ def bwd_config(n_cols: int) -> tuple[int, int, int, int]:
 # ceiling near 1800 for its 10 bytes of traffic per bf16 element.
 
 
-def _fwd_plan(x, rows=None, num_warps=None, chunked=None, chunk=None, per_sm=None,
-              store_rstd=True):  # fmt: skip
+def _fwd_plan(x, store_rstd=True, rows=None, num_warps=None, chunked=None, chunk=None,
+              per_sm=None):  # fmt: skip
     """(kernel, grid, constexprs and options) of the forward launch for a 2-D ``x``;
     ``store_rstd=False`` (no backward follows) lets the whole-row kernel skip rstd."""
     n_cols = x.shape[1]
@@ -385,24 +335,14 @@ def _fwd_plan(x, rows=None, num_warps=None, chunked=None, chunk=None, per_sm=Non
 
 def _plan(x: torch.Tensor, weight: torch.Tensor, grad: bool, *settings) -> norms.FwdPlan:
     """The forward plan of a call on ``x`` (any shape and strides); ``grad``: rstd is kept."""
-    x2 = norms.as_rows(x, x.shape[-1])
-    launch = _fwd_plan(x2, *settings, store_rstd=grad) if x2.numel() else None
-    keeps = launch is None or launch[2].get("STORE_RSTD", True)  # the chunked kernel always does
-    direct = x2 is x or x2.data_ptr() == x.data_ptr()  # a view of x, not a copy
-    return norms.FwdPlan(launch, x, x2, (x2.shape[0],) if keeps else None, direct)
+    return norms.plan(x, _fwd_plan, 1, grad, *settings)
 
 
 def launch_rms_norm_fwd(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    eps: float,
-    *,
-    rows_per_program: int | None = None,
-    num_warps: int | None = None,
-    chunked: bool | None = None,
-    chunk: int | None = None,
-    programs_per_sm: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    x: torch.Tensor, weight: torch.Tensor, eps: float, *,
+    rows_per_program: int | None = None, num_warps: int | None = None,
+    chunked: bool | None = None, chunk: int | None = None, programs_per_sm: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """Run the forward kernel on a checked 2-D ``x`` with unit column stride.
 
     Returns ``(y, rstd)``: ``y`` contiguous with ``x``'s shape and dtype, ``rstd``
@@ -432,18 +372,11 @@ def _bwd_plan(x, _w=None, needs=(True, False), shape=None, strides=None, rows=No
 
 
 def launch_rms_norm_bwd(
-    dy: torch.Tensor,
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    rstd: torch.Tensor,
-    *,
-    rows_per_program: int | None = None,
-    num_warps: int | None = None,
-    programs_per_sm: int | None = None,
-    chunked: bool | None = None,
-    chunk: int | None = None,
+    dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor, *,
+    rows_per_program: int | None = None, num_warps: int | None = None,
+    programs_per_sm: int | None = None, chunked: bool | None = None, chunk: int | None = None,
     via=None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """Run the backward kernels on checked 2-D ``dy`` and ``x`` (unit column stride).
 
     Returns ``(dx, dweight)`` in the dtypes of ``x`` and ``weight``.  ``chunked``
@@ -458,35 +391,6 @@ def launch_rms_norm_bwd(
                      programs_per_sm, chunked, chunk)  # fmt: skip
     dx, dw, _ = norms.backward(plan, dy, x, weight, rstd, x.dtype, via)
     return dx, dw
-
-
-# ---------------------------------------------------------------------------
-# Autograd and the public function
-# ---------------------------------------------------------------------------
-
-
-class RMSNormFunction(torch.autograd.Function):
-    """Autograd for :func:`rms_norm` (``weight`` with unit stride).
-
-    ``plan`` is the call's forward plan (:class:`tilebook.ops.norms.FwdPlan`, one that
-    keeps rstd; default: planned here).  It is plumbing of :func:`rms_norm` and gets no
-    gradient; the backward's plan is kept on it (:func:`tilebook.ops.norms.backward_of`).
-    """
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float, plan=None):
-        plan = plan or _plan(x, weight, True)
-        y, rstd, x2 = norms.forward(plan, x, (weight,), eps)
-        ctx.plan = plan
-        ctx.save_for_backward(x2, weight, rstd)
-        return y
-
-    @staticmethod
-    def backward(ctx, dy: torch.Tensor):
-        x2, weight, rstd = ctx.saved_tensors
-        dx, dw, _ = norms.backward_of(ctx.plan, _bwd_plan, dy, x2, weight, rstd, (True, False))
-        need_x, need_w = ctx.needs_input_grad[:2]
-        return (dx if need_x else None), (dw if need_w else None), None, None
 
 
 # ---------------------------------------------------------------------------
@@ -510,54 +414,58 @@ def _op_backward(
     return launch_rms_norm_bwd(dy, x, weight, rstd, via=library.launch)
 
 
-_KERNELS = (
-    rms_norm_fwd_kernel, rms_norm_fwd_chunked_kernel, *_BWD_KERNELS, sum_partials_kernel,
-)  # fmt: skip
-rms_norm_op = library.define("rms_norm", _op_forward, kernels=_KERNELS)
-rms_norm_backward_op = library.define("rms_norm_backward", _op_backward, kernels=_KERNELS)
-
-
-def _op_setup(ctx, inputs, output) -> None:
-    x, weight, _ = inputs
-    ctx.save_for_backward(x, weight, output[1])
-
-
-def _op_grad(ctx, dy, _drstd):
-    x, weight, rstd = ctx.saved_tensors
-    dx, dw = rms_norm_backward_op(norms.as_rows(dy, x.shape[1]), x, weight, rstd)
-    return dx, dw, None
-
-
-rms_norm_op.register_autograd(_op_grad, setup_context=_op_setup)
-
-
-def _compiled(x: torch.Tensor, weight: torch.Tensor, eps: object) -> torch.Tensor:
-    """:func:`rms_norm` inside torch.compile: the checks, then the operator."""
-    eps = norms.check_args(_OP, x, eps, False, weight=weight)
-    y, _ = rms_norm_op(norms.as_rows(x, x.shape[-1]), weight.contiguous(), eps)
-    return y.view(x.shape)
+_FWD_KERNELS = (rms_norm_fwd_kernel, rms_norm_fwd_chunked_kernel)
+rms_norm_op, rms_norm_backward_op = norms.define_ops(
+    _OP, _op_forward, _op_backward, (*_FWD_KERNELS, *_BWD_KERNELS, sum_partials_kernel)
+)
 
 
 def compile_jobs(arch: int = 90, dtype: torch.dtype | None = None) -> dict[str, dict]:
     """The five kernels as jobs of :func:`tilebook.course.aot.compile_many` for ``sm_<arch>``,
     configured as the launchers configure them: rows of 4096 (whole rows in
     registers) and of 65536 (the chunked kernels)."""
-    from . import targets
+    return norms.compile_jobs(
+        arch, dtype, lambda x, w: _op_forward(x, w, 1e-6),
+        lambda x, w, rstd: _op_backward(x, x, w, rstd), 1,
+        ((64, 4096, True, True), (8, 65536, True, True)),
+    )  # fmt: skip
 
-    dt = dtype or targets.default_dtype(arch)
-    jobs = {}
-    for n_rows, n_cols in ((64, 4096), (8, 65536)):
-        x = targets.meta_tensor(n_rows, n_cols, dtype=dt)
-        w = targets.meta_tensor(n_cols, dtype=dt)
-        rstd = targets.meta_tensor(n_rows)
-        where = f"{n_rows}x{n_cols}"
-        jobs |= targets.recorded(lambda x=x, w=w: _op_forward(x, w, 1e-6), arch, where)
-        jobs |= targets.recorded(lambda x=x, w=w, r=rstd: _op_backward(x, x, w, r), arch, where)
-    return jobs
 
+# ---------------------------------------------------------------------------
+# Autograd and the public function
+# ---------------------------------------------------------------------------
 
 _compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
+
+
+class RMSNormFunction(torch.autograd.Function):
+    """Autograd for :func:`rms_norm` (``weight`` with unit stride): the kernels, or,
+    inside ``torch.compile``, the operators.
+
+    ``plan`` is the call's forward plan (:class:`tilebook.ops.norms.FwdPlan`, one that
+    keeps rstd; default: planned here).  It is plumbing of :func:`rms_norm` and gets no
+    gradient; the backward's plan is kept on it (:func:`tilebook.ops.norms.backward_of`).
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float, plan=None):
+        if _compiling():
+            return norms.traced_forward(ctx, rms_norm_op, x, weight, eps)
+        ctx.plan = plan = plan or _plan(x, weight, True)
+        y, rstd, x2 = norms.forward(plan, x, (weight,), eps)
+        ctx.save_for_backward(x2, weight, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor):
+        x2, weight, rstd = ctx.saved_tensors
+        if _compiling():
+            dx, dw = norms.traced_backward(rms_norm_backward_op, dy, x2, weight, rstd)
+        else:
+            dx, dw, _ = norms.backward_of(ctx.plan, _bwd_plan, dy, x2, weight, rstd, (True, False))
+        need_x, need_w = ctx.needs_input_grad[:2]
+        return (dx if need_x else None), (dw if need_w else None), None, None
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -566,6 +474,10 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     Computes ``x * rsqrt(mean(x**2, -1) + eps) * weight`` in fp32 and returns it in
     ``x.dtype``; the same as ``torch.nn.functional.rms_norm(x, (H,), weight, eps)``
     up to rounding.  Differentiable with respect to ``x`` and ``weight``.
+
+    Inside ``torch.compile`` the call is traced to the operators
+    ``torch.ops.tilebook.rms_norm`` and ``rms_norm_backward`` (:mod:`tilebook.ops.library`):
+    no graph break, and Inductor sees the kernels.
 
     Parameters
     ----------
@@ -581,21 +493,14 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     eps
         Positive number added to the mean square, for stability.
 
-    Notes
-    -----
-    Inside ``torch.compile`` the call is the operator ``torch.ops.tilebook.rms_norm``
-    (:mod:`tilebook.ops.library`): no graph break, and Inductor sees the kernels.
-
     Examples
     --------
     >>> y = tilebook.rms_norm(x, weight, eps=1e-6)   # doctest: +SKIP
     """
     if autocasting(x):
         x, weight = upper("rms_norm", x, weight)  # as torch's rms_norm under autocast
-    if _compiling():
-        return _compiled(x, weight, eps)
     key = plan = None
-    if plain(x) and plain(weight):
+    if not _compiling() and plain(x) and plain(weight):
         # A repeat call: its key fixes everything the checks and the plan looked at
         # but eps (a runtime argument of the kernels, so it may differ).
         grad = (x.requires_grad or weight.requires_grad) and _grad_enabled()
@@ -609,6 +514,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     eps = norms.check_args(_OP, x, eps, False, weight=weight)
     grad = (x.requires_grad or weight.requires_grad) and _grad_enabled()
     w = weight.contiguous()  # the kernels read weight with unit stride (a copy is recorded)
+    if _compiling():  # traced: the Function calls the operators
+        return RMSNormFunction.apply(x, w, eps)
     if plan is None:
         plan = _plan(x, w, grad)
         if key is not None and w is weight:
