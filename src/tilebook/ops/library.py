@@ -1,13 +1,15 @@
 """The ops as ``torch.library`` operators, so that ``torch.compile`` keeps one graph.
 
 Called eagerly, each public op (:func:`tilebook.rms_norm` and the others) runs its
-own Python: checks, a plan of the call (:data:`tilebook._launch.PLANS`) or a
-remembered launch, and an ``autograd.Function``.  Dynamo cannot trace that code (it reads data pointers and
-keeps caches), so inside ``torch.compile`` the same function takes another branch
-(``torch.compiler.is_compiling()``): the same checks, then a call to an operator
-of the ``tilebook`` namespace (``torch.ops.tilebook.rms_norm`` ...) that Dynamo puts
-in its graph as it is.  Its gradient is registered with ``register_autograd``, so
-AOTAutograd traces the backward too, and ``fullgraph=True`` holds.
+own Python: checks, a plan of the call (:data:`tilebook._launch.PLANS`) and an
+``autograd.Function``.  Dynamo cannot trace the eager launches (they read data
+pointers and keep plans), so inside ``torch.compile`` the op's Function takes another
+branch (``torch.compiler.is_compiling()``): its forward and backward call operators of
+the ``tilebook`` namespace (``torch.ops.tilebook.rms_norm``,
+``torch.ops.tilebook.rms_norm_backward`` ...) that Dynamo puts in its graph as they
+are.  The operators carry no gradient of their own: the Function is each op's one
+autograd path, eager and compiled.  Dynamo traces it, AOTAutograd traces the backward
+too, and ``fullgraph=True`` holds.
 
 Two kinds of operator:
 
@@ -234,7 +236,8 @@ def define(name: str, body: Callable, *, kernels: Iterable = ()):
     through :func:`launch`, and never gives one launch a tensor it made twice
     (:func:`launch` refuses that: when PyTorch cannot read which arguments a kernel
     writes, such a tensor comes back unwritten).  ``kernels`` lists every ``@triton.jit`` function it may
-    launch.  Returns the ``CustomOpDef`` (``register_autograd`` it next).
+    launch.  Returns the ``CustomOpDef``, which the op's ``autograd.Function`` calls
+    under ``torch.compile``.
     """
     qualname = _qualname(name)
     body = _body(body)
