@@ -324,7 +324,7 @@ def say_traffic(ops: Sequence[dict[str, Any]], least: int, n: int) -> Any:
 
 
 def say_loads(sass: Any, wide: int, block: int, warps: int) -> Any:
-    """What the compiled kernel (``sass``, a :class:`~tilebook.course.aot.Compiled`)
+    """What the compiled kernel (``sass``, a :class:`~tilebook.course.aot.CompiledKernel`)
     does with a tile of ``block`` elements on ``warps`` warps, ``wide`` of its loads
     16 bytes wide."""
     from ..datasheet import fact
