@@ -139,3 +139,82 @@ def test_experiments_run_on_a_gpu(lesson):
     assert [(r["grid"], r["programs"]) for r in rows] == [("cdiv(n, BLOCK)", 16), ("n", 2**14)]
     code = experiment.inductor_code(lesson.swiglu_eager, n=2**12)
     assert len(code) == 1 and code[0]["source"].count("tl.store(") == 1
+
+
+# ------------------------------------------------- what the page says of its records
+# The page's tables, claims and sentences are made by the experiment module from the
+# records it shows; a CPU build shows the committed GPU records, so these run on them.
+
+
+def _records():
+    names = ("lesson01_fusion", "lesson01_inductor", "lesson01_grid")
+    return [load_record(name, RECORDS_DIR) for name in names]
+
+
+def test_the_page_s_claims_hold_on_its_records_and_bite(lesson):
+    import copy
+
+    from tilebook.course.claims import ClaimError, Claims
+
+    fusion, inductor, waste = _records()
+    near = SCRIPT.constant("NEAR")
+    assert len(Claims("01", fusion).check_all(experiment.fusion_claims(fusion, near)).items) == 4
+    assert Claims("01", inductor).check_all(experiment.inductor_claims(inductor)).ok
+    assert Claims("01", waste).check_all(experiment.waste_claims(waste)).ok
+    # no tolerance: the speed-up is not exactly the ratio of bytes
+    with pytest.raises(ClaimError, match="ratio of bytes moved"):
+        Claims("01", fusion).check_all(experiment.fusion_claims(fusion, 0.0))
+    # a second kernel from Inductor, or one more store in its kernel
+    two = copy.deepcopy(inductor)
+    two.rows.append(dict(two.rows[0], kernel="triton_poi_second_1"))
+    with pytest.raises(ClaimError, match="single Triton kernel"):
+        Claims("01", two).check_all(experiment.inductor_claims(two))
+    more = copy.deepcopy(inductor)
+    more.rows[0]["source"] += "\n    tl.store(out_ptr1 + (xindex), tmp0, xmask)"
+    with pytest.raises(ClaimError, match="stores once"):
+        Claims("01", more).check_all(experiment.inductor_claims(more))
+    # the two grids' timings swapped: one program per element would be the faster
+    swapped = copy.deepcopy(waste)
+    a, b = swapped.rows
+    a["grid"], b["grid"] = b["grid"], a["grid"]
+    with pytest.raises(ClaimError, match="slower than the grid"):
+        Claims("01", swapped).check_all(experiment.waste_claims(swapped))
+
+
+def test_the_page_s_tables_and_sentences_follow_the_data(lesson):
+    fusion, _, _ = _records()
+    x, y = torch.randn(4096), torch.randn(4096)
+    ops = experiment.traffic(lesson.swiglu_eager, x, y)
+    said = " ".join(str(experiment.say_traffic(ops, 3 * 4 * 4096, 4096)).split())
+    # sigmoid reads x and writes; each mul reads two and writes one: 8 + 12 + 12 per element
+    assert "One line, 3 kernels" in said and "131,072 bytes, 32 per element" in said
+    assert "12 bytes per element" in said and "2.67 times that" in said
+    assert experiment.traffic_table(ops, x).column("bytes read") == ["16,384", "32,768", "32,768"]
+    table = experiment.fusion_table(fusion)
+    assert table.column("n") == [f"2^{e}" for e in experiment.EXPONENTS]
+    big = {r["impl"]: r for r in fusion.rows if r["log2n"] == max(experiment.EXPONENTS)}
+    assert table.column("Triton µs")[-1] == f"{1e3 * big['Triton']['median_ms']:.1f}"
+    said = str(experiment.say_versus_compile(fusion))
+    assert f"At 2^{max(experiment.EXPONENTS)} elements our kernel" in said
+
+    class Sass:  # what say_loads reads of a compiled kernel
+        registers = 21
+
+    said = " ".join(str(experiment.say_loads(Sass(), 8, 1024, 4)).split())
+    assert "over the program's 128 threads, 8 elements per thread" in said
+    assert "8 of them in the SASS" in said and "in 21 registers" in said
+
+
+def test_the_explorer_starts_at_the_lesson_s_setting_and_agrees_with_the_checker(lesson):
+    _, _, waste = _records()
+    settings = experiment.explorer(waste, lesson.BLOCK, lesson.WARPS)
+    widget = ThreadsVsTilesExplorer(**settings)
+    start = {"n": experiment.EXPLORER_N, "block": lesson.BLOCK, "grid": "cdiv(N, BLOCK)"}
+    assert widget.initial == start
+    assert waste.provenance["gpu"] in widget.notes["N"]
+    broken = check_elementwise(lesson.swiglu_floor_grid, lesson.swiglu_eager, block=lesson.BLOCK)
+    experiment.check_explorer(broken, lesson.BLOCK)
+    # The checker's verdict on a grid that misses nothing disagrees with the floor rule.
+    right = check_elementwise(lesson.swiglu, lesson.swiglu_eager, block=lesson.BLOCK)
+    with pytest.raises(AssertionError, match="disagree"):
+        experiment.check_explorer(right, lesson.BLOCK)

@@ -384,3 +384,148 @@ def test_check_all_states_each_claim_and_stops_at_a_contradicted_one():
     assert claims.items[1].evidence == "why" and "2.000x" in claims.items[2].evidence
     with pytest.raises(ClaimError, match="d is faster"):
         Claims("07", "data").check_all({"d is faster": speedup(slow, row)})
+
+
+# ------------------------------------------------- what the page says of its records
+# The page's tables, claims, sentences and explorer are made by the experiment module
+# from the records it shows; a CPU build shows the committed GPU records, so these
+# run on them, through the lesson's own choice of what to compile (the lesson's run
+# compiles for real).
+
+LAUNCH = ["SLOW", "sweep", "best", "slow", "smallest", "block", "chosen", "unexplained"]
+LAUNCH += ["shown", "SIGNATURE", "compiled", "NEAR_BEST"]
+
+
+def compiled_like_ptxas(jobs, **common):
+    """A stand-in for compile_many (a real compile of the five settings takes a minute
+    of CPU): each setting's code as ptxas makes it for sm_90, modelled: 16-byte loads
+    where a thread owns four float32 elements or more, narrower ones below, and spills
+    from 256 elements per thread (the registers run out)."""
+    from tilebook.course.aot import CompiledKernel
+
+    out = {}
+    for label, job in jobs.items():
+        per_thread = job["constexprs"]["BLOCK_SIZE"] / (32 * job["num_warps"])
+        wide = 2 * int(per_thread // 4)  # both inputs
+        sass = "LDG.E.128 R4, desc[UR4][R2.64]\n" * wide or "LDG.E R4, desc[UR4][R2.64]\n" * 2
+        out[label] = CompiledKernel(
+            name="add_kernel", arch=90, stages={"sass": sass}, num_warps=job["num_warps"],
+            num_stages=3, shared_bytes=0, registers=min(255, 16 + int(per_thread) // 2),
+            spill_stores_bytes=0 if per_thread < 256 else 4 * int(per_thread),
+            spill_loads_bytes=0,
+        )  # fmt: skip
+    return out
+
+
+@pytest.fixture(scope="module")
+def launch(tmp_path_factory):
+    """The lesson's launch-setting section, on the committed record (a stand-in for
+    record_or_measure loads it, on any machine), its settings "compiled" by
+    :func:`compiled_like_ptxas`."""
+    head = (
+        "from test_lesson_07 import compiled_like_ptxas as compile_many\n"
+        "from tilebook.course.bench import RECORDS_DIR, load_record\n"
+        "from tilebook.course.experiments import vector_add as experiment\n"
+        "from tilebook.ops.vector_add import DEFAULT_CONFIG\n\n"
+        "def record_or_measure(name, title, sweep):\n"
+        "    return load_record(name, RECORDS_DIR)\n\n"
+        "time_ms = None\n\n"
+    )
+    return SCRIPT.lift(LAUNCH, tmp_path_factory.mktemp("lesson07_launch"), head)
+
+
+def test_the_size_claims_hold_on_the_record_and_bite():
+    import copy as copying
+
+    from tilebook.course.claims import ClaimError, Claims
+
+    sizes = load_record("lesson07_sizes", RECORDS_DIR)
+    near, above = SCRIPT.constant("NEAR_COPY"), SCRIPT.constant("ABOVE_COPY")
+    claims = Claims("07", sizes).check_all(experiment.sizes_claims(sizes, near, above))
+    assert len(claims.items) == 4
+    with pytest.raises(ClaimError, match="faster than the copy"):  # no room above the copy
+        Claims("07", sizes).check_all(experiment.sizes_claims(sizes, near, -0.5))
+    with pytest.raises(ClaimError, match="come close to the copy line"):  # 100x the copy
+        Claims("07", sizes).check_all(experiment.sizes_claims(sizes, 100.0, above))
+    slow = copying.deepcopy(sizes)  # torch.add's time grows with its bytes at small sizes
+    small = experiment.EXPONENTS[:3]
+    for r in slow.select(impl="torch.add"):
+        if r["log2n"] in small:
+            for key in ("median_ms", "p20_ms", "p80_ms"):
+                r[key] *= 2 ** (r["log2n"] - small[0])
+    with pytest.raises(ClaimError, match="hardly grows"):
+        Claims("07", slow).check_all(experiment.sizes_claims(slow, near, above))
+
+
+def test_the_size_table_and_sentence_follow_the_record():
+    import copy as copying
+
+    sizes = load_record("lesson07_sizes", RECORDS_DIR)
+    copy = sizes.provenance["copy_gbps"]
+    near = SCRIPT.constant("NEAR_COPY")
+    table = experiment.sizes_table(sizes)
+    assert table.column("n") == [f"2^{e}" for e in experiment.EXPONENTS]
+    # both reach near the copy from the first size at which every larger one does
+    reach = min(
+        e
+        for e in experiment.EXPONENTS
+        if all(r["gbps"] >= near * copy for r in sizes.rows if r["log2n"] >= e)
+    )
+    said = " ".join(str(experiment.say_sizes(sizes, near)).split())
+    assert f"Both reach {near:.0%} of the copy from 2^{reach} elements on" in said
+    verdicts = zip(table.column("n"), table.column(""), strict=True)
+    behind = [n for n, verdict in verdicts if verdict == "behind"]
+    if behind:
+        assert "torch.add is ahead at " + ", ".join(behind) in said
+    split = experiment.split_table(sizes)
+    assert split.column("n") == [f"2^{e}" for e in experiment.SPLIT_EXPONENTS]
+    older = copying.deepcopy(sizes)  # a record from before the split: no table
+    for r in older.rows:
+        for key in [k for k in r if k.startswith(("gpu_", "host_"))]:
+            del r[key]
+    assert experiment.split_table(older) is None
+
+
+def test_the_launch_claims_hold_on_the_record_and_bite(launch):
+    import copy as copying
+
+    from tilebook.course.claims import ClaimError, Claims
+
+    lesson = launch
+    args = (lesson.compiled, lesson.shown, lesson.SLOW, lesson.NEAR_BEST, lesson.chosen)
+    claims = Claims("07", lesson.sweep).check_all(experiment.launch_claims(lesson.sweep, *args))
+    assert len(claims.items) == 6
+    # every setting slow: the package's, of none of the three kinds, too
+    with pytest.raises(ClaimError, match="one of the three kinds"):
+        Claims("07", lesson.sweep).check_all(
+            experiment.launch_claims(lesson.sweep, args[0], args[1], 2.0, *args[3:])
+        )
+    # a package whose setting were the smallest block on one warp, a slow one
+    small = {"BLOCK_SIZE": lesson.smallest, "num_warps": 1}
+    with pytest.raises(ClaimError, match="package's setting is among the best"):
+        Claims("07", lesson.sweep).check_all(
+            experiment.launch_claims(lesson.sweep, *args[:-1], small)
+        )
+    # a setting that does not spill, made slow: of none of the three kinds
+    slowed = copying.deepcopy(lesson.sweep)
+    slowed.one(**lesson.chosen)["gbps"] *= 0.5
+    with pytest.raises(ClaimError, match="one of the three kinds"):
+        Claims("07", slowed).check_all(experiment.launch_claims(slowed, *args))
+
+
+def test_the_compiled_table_and_the_explorer_say_why_each_slow_setting_is_slow(launch):
+    lesson = launch
+    table = experiment.compiled_table(lesson.shown, lesson.compiled, lesson.best)
+    assert table.column("BLOCK_SIZE / num_warps") == [r["setting"] for r in lesson.shown]
+    spills = [int(s) for s in table.column("spilled bytes")]
+    assert spills == [lesson.compiled[r["setting"]].spill_stores_bytes for r in lesson.shown]
+    copy = load_record("lesson07_sizes", RECORDS_DIR).provenance["copy_gbps"]
+    settings = experiment.explorer(lesson.sweep, lesson.compiled, copy, lesson.SLOW, lesson.chosen)
+    notes = {r["setting"]: r["note"] for r in settings["rows"]}
+    assert {s for s, note in notes.items() if note} == {r["setting"] for r in lesson.slow}
+    smallest = experiment.setting(lesson.smallest, 1)
+    assert notes[smallest].startswith("The smallest block")
+    assert "threads load copies" in notes[experiment.setting(128, 16)]
+    spilled = [r["setting"] for r, s in zip(lesson.shown, spills, strict=True) if s]
+    assert spilled and all("ptxas spills" in notes[s] for s in spilled)
+    assert settings["initial"] == lesson.chosen and settings["ceiling"] == copy

@@ -16,13 +16,13 @@ import pytest
 
 TARGET = 0.15
 CEILING = {
-    "01_why_triton": 0.61,
+    "01_why_triton": 0.15,
     "02_programs_and_grid": 0.14,
     "03_python_to_ptx": 0.03,
     "04_pointers_masks_strides": 0.16,
     "05_dot_and_tensor_cores": 0.30,
     "06_reductions_online_softmax": 0.34,
-    "07_vector_add": 0.49,
+    "07_vector_add": 0.11,
     "08_linear_act": 0.06,
     "09_matmul": 0.27,
     "10_softmax": 0.23,

@@ -37,7 +37,10 @@ first kernel, :func:`tilebook.vector_add`, in the same shape as the one here.
 # Setting up
 # ----------
 # Importing :mod:`tilebook` first decides whether this script runs on a CUDA
-# GPU or on the CPU through Triton's interpreter; the banner says which.
+# GPU or on the CPU through Triton's interpreter; the banner says which.  What
+# the page says of its measurements (tables, sentences, claims checked against
+# the data) is made from the data by :mod:`tilebook.course.experiments.why_triton`
+# (``experiment`` below).
 
 import textwrap
 
@@ -50,13 +53,10 @@ import triton.language as tl
 from tilebook.course.aot import compile_kernel
 from tilebook.course.bench import record_or_measure
 from tilebook.course.check import CorrectnessReport
-from tilebook.course.claims import Claims, speedup, within
-from tilebook.course.datasheet import fact
+from tilebook.course.claims import Claims
 from tilebook.course.exercises import check_elementwise
 from tilebook.course.experiments import why_triton as experiment
 from tilebook.course.plots import plot_record
-from tilebook.course.prose import say
-from tilebook.course.tables import table
 from tilebook.course.widgets_grid import ThreadsVsTilesExplorer
 
 print(tilebook.banner())
@@ -84,28 +84,12 @@ def swiglu_eager(x, y):
 x = torch.randn(4096, device=DEVICE)
 y = torch.randn(4096, device=DEVICE)
 ops = experiment.traffic(swiglu_eager, x, y)
-table(
-    ops,
-    {"operator": "op", "bytes read": ("reads", "{:,}"), "written": ("writes", "{:,}")},
-    caption=f"float32 vectors of {x.numel():,} elements; counted on this machine",
-)
+experiment.traffic_table(ops, x)
 
 # %%
 
-moved = sum(r["reads"] + r["writes"] for r in ops)
 least = experiment.least_traffic(x, y, x)  # read x and y once, write one result
-say(
-    "One line, {k} kernels.  Together they move {moved:,} bytes, {per:.0f} per "
-    "element, because each intermediate result is written to memory by one "
-    "kernel and read back by the next.  The least any implementation must move "
-    "is {least_per:.0f} bytes per element: read ``x`` and ``y`` once, write the "
-    "result once.  Eager PyTorch moves {ratio:.2f} times that.",
-    k=len(ops),
-    moved=moved,
-    per=moved / x.numel(),
-    least_per=least / x.numel(),
-    ratio=moved / least,
-)
+experiment.say_traffic(ops, least, x.numel())
 
 # %%
 # There is far too little arithmetic per byte here (a sigmoid and two
@@ -231,19 +215,7 @@ sass = compile_kernel(
 )
 wide = sass.count(r"LDG\.E\.128")
 assert wide > 0, "expected 16-byte loads in the SASS"
-threads = WARPS * int(fact("cuda.warp_size").value)
-say(
-    "Triton spread each tile of {block:,} elements over the program's {threads} "
-    "threads, {per} elements per thread, and loads them in 16-byte pieces, four "
-    "floats at a time (``LDG.E.128``, {wide} of them in the SASS), in {regs} "
-    "registers per thread.  None of that is in the kernel's source: it is the "
-    "compiler's choice, and it changes with ``BLOCK``, ``num_warps`` and the dtype.",
-    block=BLOCK,
-    threads=threads,
-    per=BLOCK // threads,
-    wide=wide,
-    regs=sass.registers,
-)
+experiment.say_loads(sass, wide, BLOCK, WARPS)
 
 # %%
 # Measured: bytes become time
@@ -265,10 +237,12 @@ def time_ms(fn):
     return triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
 
 
+def measure_fusion():
+    return experiment.fusion(swiglu_eager, swiglu, timer=time_ms)
+
+
 fusion = record_or_measure(
-    "lesson01_fusion",
-    "SwiGLU gate, float32: useful GB/s by length",
-    lambda: experiment.fusion(swiglu_eager, swiglu, timer=time_ms),
+    "lesson01_fusion", "SwiGLU gate, float32: useful GB/s by length", measure_fusion
 )
 copy = fusion.provenance["copy_gbps"]
 fig = plot_record(
@@ -289,22 +263,7 @@ fig = plot_record(
 # The same rows as a table: times, and how much faster the fused kernel is
 # than eager PyTorch beside how many more bytes eager moves.
 
-IMPLS = ("eager", "Triton", "torch.compile")
-at = {
-    e: {i: fusion.one(log2n=e, impl=i) for i in IMPLS} for e in fusion.values("log2n")
-}
-table(
-    [{"e": e, **r} for e, r in at.items()],
-    {
-        "n": lambda r: f"2^{r['e']}",
-        **{f"{i} µs": lambda r, i=i: f"{1e3 * r[i]['median_ms']:.1f}" for i in IMPLS},
-        "Triton vs eager": lambda r: f"{speedup(r['Triton'], r['eager']).ratio:.2f}x",
-        "eager's bytes": lambda r: (
-            f"{r['eager']['traffic'] / r['Triton']['traffic']:.2f}x"
-        ),
-    },
-    caption=fusion.caption(),
-)
+experiment.fusion_table(fusion)
 
 # %%
 # What the data say, checked on the rows above.  *Close* means within
@@ -312,37 +271,13 @@ table(
 # :term:`spread` (p20-p80), and *faster* holds only beyond it.
 
 NEAR = 0.2
-big, small = at[max(at)], at[min(at)].values()
-vs_eager = speedup(big["Triton"], big["eager"])
-bytes_ratio = big["eager"]["traffic"] / big["Triton"]["traffic"]
-Claims("01 why Triton", fusion).check_all(
-    {
-        "At the largest length the fused kernel is faster than eager PyTorch": vs_eager,
-        "There, its speed-up over eager is close to the ratio of bytes moved": (
-            within(vs_eager.ratio, bytes_ratio, NEAR),
-            f"{vs_eager.ratio:.2f}x faster, {bytes_ratio:.2f}x fewer bytes",
-        ),
-        "There, the fused kernel's useful bandwidth is close to the copy's": (
-            big["Triton"]["gbps"] >= (1 - NEAR) * copy,
-            f"{big['Triton']['gbps'] / copy:.0%} of the copy",
-        ),
-        "At the smallest length all three are far below the copy line (under half)": (
-            all(r["gbps"] < copy / 2 for r in small),
-            ", ".join(f"{r['impl']} {r['gbps'] / copy:.0%}" for r in small),
-        ),
-    }
-)
+said = experiment.fusion_claims(fusion, NEAR)
+Claims("01 why Triton", fusion).check_all(said)
 
 # %%
 # The time follows the bytes.  ``torch.compile`` fuses the chain too:
 
-vs_compile = speedup(big["Triton"], big["torch.compile"])
-say(
-    "At 2^{e} elements our kernel {standing} ``torch.compile``'s ({ev}).",
-    e=max(at),
-    standing=vs_compile.standing,
-    ev=vs_compile.evidence("ours", "torch.compile's"),
-)
+experiment.say_versus_compile(fusion)
 
 # %%
 # Why the smallest lengths stay far below the copy line (the last check above,
@@ -373,20 +308,7 @@ for k in inductor.rows:
 # wrote, in other names: ``xoffset`` is ``pid * BLOCK``, ``xmask`` our mask,
 # and the ``tmp`` values live in registers.
 
-src = inductor.rows[0]["source"]
-loads, stores = src.count("tl.load("), src.count("tl.store(")
-Claims("01 why Triton", inductor).check_all(
-    {
-        "torch.compile wrote a single Triton kernel for the whole chain": (
-            len(inductor.rows) == 1,
-            ", ".join(r["kernel"] for r in inductor.rows),
-        ),
-        "Like ours, it loads the two inputs once each and stores once, under a mask": (
-            (loads, stores) == (2, 1) and "xmask" in src,
-            f"{loads} loads, {stores} store",
-        ),
-    }
-)
+Claims("01 why Triton", inductor).check_all(experiment.inductor_claims(inductor))
 
 # %%
 # Where Triton sits
@@ -394,39 +316,7 @@ Claims("01 why Triton", inductor).check_all(
 # There are five common ways to get work onto an NVIDIA GPU.  They differ in
 # what you write and in what a tool decides for you:
 
-WAYS = [
-    {
-        "way": "PyTorch, eager",
-        "you write": "tensor operations",
-        "decided for you": "everything; one kernel per operator",
-        "reach for it": "first, always; until a profile says otherwise",
-    },
-    {
-        "way": "torch.compile",
-        "you write": "the same Python",
-        "decided for you": "fusion and tiling (Inductor writes Triton)",
-        "reach for it": "chains of operators, whole models",
-    },
-    {
-        "way": "Triton",
-        "you write": "one program per tile, array operations",
-        "decided for you": "threads, vector width, shared memory, tensor-core code",
-        "reach for it": "a fusion or algorithm the compiler does not find",
-    },
-    {
-        "way": "CUDA C++, CUTLASS, CuTe",
-        "you write": "each thread, warp and copy",
-        "decided for you": "little: you schedule it",
-        "reach for it": "the last part of peak, new hardware features",
-    },
-    {
-        "way": "libraries",
-        "you write": "a call: cuBLAS, cuDNN, FlashAttention",
-        "decided for you": "all of it, tuned by the vendor",
-        "reach for it": "standard operations with a fast library kernel",
-    },
-]
-table(WAYS, {k: k for k in WAYS[0]})
+experiment.ways_table()
 
 # %%
 # Triton gives up some control for a lot of brevity, and the control it gives
@@ -466,16 +356,16 @@ def swiglu_on(x, y, out, programs):
     swiglu_kernel[(programs,)](x, y, out, out.numel(), BLOCK=BLOCK, num_warps=WARPS)
 
 
+def measure_waste():
+    return experiment.grid_waste(swiglu_on, BLOCK, eager=swiglu_eager, timer=time_ms)
+
+
 waste = record_or_measure(
     "lesson01_grid",
     "swiglu_kernel, float32: the grid it needs against one program per element",
-    lambda: experiment.grid_waste(swiglu_on, BLOCK, eager=swiglu_eager, timer=time_ms),
+    measure_waste,
 )
-per_element = waste.one(grid="n")
-cost = speedup(waste.one(grid="cdiv(n, BLOCK)"), per_element)
-Claims("01 why Triton", waste).check_all(
-    {"One program per element is slower than the grid the data needs": cost}
-)
+Claims("01 why Triton", waste).check_all(experiment.waste_claims(waste))
 
 # %%
 # The widget cuts ``N`` elements into programs by three grid rules.
@@ -483,21 +373,8 @@ Claims("01 why Triton", waste).check_all(
 # owner (drawn hatched, and exactly what the checker reported above);
 # ``N`` launches programs that own nothing.
 
-widget = ThreadsVsTilesExplorer(
-    sizes=[1, 97, 1000, 1024, 1025, 4097, 10_000, 100_000],
-    blocks=[128, 256, 512, 1024, 2048, 4096],
-    num_warps=WARPS,
-    notes={
-        "N": f"Measured at N = {per_element['n']:,} on {waste.provenance['gpu']}: "
-        f"{cost.ratio:.0f}x the time of cdiv(N, BLOCK) programs."
-    },
-    caption=waste.caption(),
-    initial={"n": 4097, "block": BLOCK, "grid": "cdiv(N, BLOCK)"},
-)
-missed = widget.row(4097, BLOCK, "N // BLOCK")["tail"]
-seen = [f.count for label, f in broken.findings if label == "n=4097"]
-assert seen == [missed], "the widget and the checker disagree"
-widget
+experiment.check_explorer(broken, BLOCK)
+ThreadsVsTilesExplorer(**experiment.explorer(waste, BLOCK, WARPS))
 
 # %%
 # Try this

@@ -32,6 +32,9 @@ The finished kernel is :func:`tilebook.vector_add` (source:
 # Importing :mod:`tilebook` first matters: it decides whether this script runs
 # on a CUDA GPU or on the CPU through Triton's interpreter, and that decision
 # has to be made before Triton itself is imported.  The banner says which.
+# What the page says of its measurements (tables, sentences, claims checked
+# against the data) is made from the data by
+# :mod:`tilebook.course.experiments.vector_add` (``experiment`` below).
 
 import tilebook
 
@@ -42,12 +45,10 @@ import triton.language as tl
 from tilebook.course.aot import compile_many
 from tilebook.course.bench import record_or_measure
 from tilebook.course.check import CorrectnessReport
-from tilebook.course.claims import Claims, speedup
+from tilebook.course.claims import Claims
 from tilebook.course.experiments import vector_add as experiment
 from tilebook.ops.vector_add import DEFAULT_CONFIG
 from tilebook.course.plots import plot_record
-from tilebook.course.prose import say
-from tilebook.course.tables import table
 from tilebook.course.widgets import SweepExplorer
 
 print(tilebook.banner())
@@ -187,25 +188,7 @@ fig = plot_record(
 # across the spread of the rounds and differs from 1 by more than the noise floor
 # (``tilebook.course.claims.MIN_NOISE``); "tie" otherwise.
 
-ex = sizes.values("log2n")
-at = {e: {i: sizes.one(log2n=e, impl=i) for i in ("tilebook", "torch.add")} for e in ex}
-vs = {e: speedup(r["tilebook"], r["torch.add"]) for e, r in at.items()}
-table(
-    [{"e": e, **r} for e, r in at.items()],
-    {
-        "n": lambda r: f"2^{r['e']}",
-        **{
-            f"{i} µs": lambda r, i=i: f"{1e3 * r[i]['median_ms']:.1f}"
-            for i in at[ex[0]]
-        },
-        "tilebook GB/s": lambda r: f"{r['tilebook']['gbps']:,.0f}",
-        "of the copy (tilebook, torch.add)": lambda r: ", ".join(
-            f"{r[i]['gbps'] / copy:.0%}" for i in at[ex[0]]
-        ),
-        "": lambda r: vs[r["e"]].verdict,
-    },
-    caption=sizes.caption(),
-)
+experiment.sizes_table(sizes)
 
 # %%
 # What the data say, checked on the data above.  *Close to the copy line*
@@ -214,62 +197,12 @@ table(
 
 NEAR_COPY = 0.9
 ABOVE_COPY = 0.05
-
-
-def from_size(ok):
-    """The smallest exponent from which ``ok(row)`` holds at every larger size."""
-    good = [e for e in ex if all(ok(r) for r in sizes.rows if r["log2n"] >= e)]
-    return min(good, default=None)
-
-
-near = from_size(lambda r: r["gbps"] >= NEAR_COPY * copy)
-tie = from_size(lambda r: vs[r["log2n"]].tied)
-t_torch = [at[e]["torch.add"]["median_ms"] for e in ex[:3]]
-grows = t_torch[-1] / t_torch[0]
-behind = [f"2^{e}" for e in ex if vs[e].slower]
-top = max(sizes.rows, key=lambda r: r["gbps"])
-Claims("07 vector_add", sizes).check_all(
-    {
-        "Both tilebook and torch.add come close to the copy line at the largest "
-        "sizes": (
-            near is not None,
-            f"both from 2^{near} on",
-        ),
-        "Where both are close to the copy line, tilebook and torch.add tie": (
-            near is not None and tie is not None and tie <= near,
-            "; ".join(
-                f"2^{e}: {vs[e].evidence('tilebook', 'torch.add')}" for e in ex[-3:]
-            ),
-        ),
-        f"No size of either runs more than {ABOVE_COPY:.0%} faster than the copy": (
-            top["gbps"] <= (1 + ABOVE_COPY) * copy,
-            f"the fastest: {top['impl']} at 2^{top['log2n']}, {top['gbps'] / copy:.0%}",
-        ),
-        "At the smallest sizes the time of torch.add hardly grows with the bytes": (
-            grows < 2,
-            f"{2 ** (ex[2] - ex[0])}x the bytes: {grows:.2f}x the time",
-        ),
-    }
-)
+said = experiment.sizes_claims(sizes, NEAR_COPY, ABOVE_COPY)
+Claims("07 vector_add", sizes).check_all(said)
 
 # %%
 
-say(
-    "Both reach {near:.0%} of the copy from 2^{e} elements on (three "
-    "tensors of {mib:,.0f} MiB each), and from 2^{tie} on they tie at every size. "
-    "At the smallest sizes torch.add takes {lo:.1f} to {hi:.1f} µs whatever the "
-    "size: the cost of launching a kernel and waiting for its first bytes, which a "
-    "small vector cannot hide.  {ahead}",
-    near=NEAR_COPY,
-    e=near,
-    mib=2**near * 4 / 2**20,
-    tie=tie,
-    lo=1e3 * min(t_torch),
-    hi=1e3 * max(t_torch),
-    ahead=f"Below 2^{tie}, torch.add is ahead at {', '.join(behind)}."
-    if behind
-    else "",
-)
+experiment.say_sizes(sizes, NEAR_COPY)
 
 # %%
 # Host time or GPU time?
@@ -284,18 +217,7 @@ say(
 # calls once as a CUDA graph and replays them with no host work at all.  The
 # do_bench times are in the table above.
 
-split = [{"e": e, **r} for e, r in at.items() if "gpu_us" in r["tilebook"]]
-if split:
-    table(
-        split,
-        {"n": lambda r: f"2^{r['e']}"}
-        | {
-            f"{i}, {k} µs": lambda r, i=i, k=k: f"{r[i][k.lower() + '_us']:.1f}"
-            for k in ("GPU", "host")
-            for i in at[ex[0]]
-        },
-        caption=f"medians over the rounds; {sizes.caption()}",
-    )
+experiment.split_table(sizes)
 
 # %%
 # What the split says, checked on the data above.  Where tilebook trails, its
@@ -378,19 +300,7 @@ compiled = compile_many(
     signature=SIGNATURE,
     divisible_by_16=list(SIGNATURE),
 )
-table(
-    shown,
-    {
-        "BLOCK_SIZE / num_warps": "setting",
-        "elements per thread": ("elements_per_thread", "{:g}"),
-        "registers": lambda r: compiled[r["setting"]].registers,
-        "spilled bytes": lambda r: compiled[r["setting"]].spill_stores_bytes,
-        "16-byte loads": lambda r: compiled[r["setting"]].count(r"LDG\.E\.128"),
-        "narrower loads": lambda r: compiled[r["setting"]].count(r"LDG\.E(?!\.128)"),
-        "of the best": lambda r: f"{r['gbps'] / best:.0%}",
-    },
-    caption="compiled for sm_90 ahead of time; speeds from the sweep below",
-)
+experiment.compiled_table(shown, compiled, best)
 
 # %%
 # A load of four neighbouring float32 values is one 16-byte instruction
@@ -406,93 +316,15 @@ table(
 # - **spills**: so many elements per thread that they do not fit in the
 #   registers, and ``ptxas`` spills them to local memory, which lives in HBM.
 
-
-def note(r):
-    k = compiled.get(r["setting"])
-    parts = []
-    if r["BLOCK_SIZE"] == smallest:
-        parts.append(
-            f"The smallest block, {r['programs']:,} programs: with one warp or "
-            "two it runs at one speed, so its cost is per program."
-        )
-    if r["elements_per_thread"] < 1:
-        parts.append(
-            f"{32 * r['num_warps']} threads for {r['BLOCK_SIZE']} elements: "
-            "threads load copies of each other's elements."
-        )
-    if k is not None and k.spill_stores_bytes:
-        parts.append(
-            f"ptxas spills {k.spill_stores_bytes} bytes per thread at {k.registers} "
-            f"registers: {r['elements_per_thread']:g} elements per thread do not fit."
-        )
-    return " ".join(parts)
-
-
-rows = [
-    {
-        **r,
-        "note": note(r) if r in slow else "",
-        "detail": f"{r['elements_per_thread']:g} elements per thread, "
-        f"{r['programs']:,} programs",
-    }
-    for r in sweep.rows
-]
-SweepExplorer(
-    rows,
-    knobs=["BLOCK_SIZE", "num_warps"],
-    metric="gbps",
-    unit="GB/s",
-    title="vector_add: BLOCK_SIZE and num_warps against measured bandwidth",
-    caption=sweep.caption(),
-    initial=chosen,
-    ceiling=copy,
-    ceiling_label="the copy",
-    slow_fraction=SLOW,
-    note="note",
-    extra="detail",
-)
+SweepExplorer(**experiment.explorer(sweep, compiled, copy, SLOW, chosen))
 
 # %%
 # The claims of this section, checked on the sweep and the compiled code.
 # *Among the best* means within ``NEAR_BEST`` of the fastest setting.
 
 NEAR_BEST = 0.95
-pair = [sweep.one(BLOCK_SIZE=smallest, num_warps=w) for w in (1, 2)]
-per_program = speedup(*pair)
-spilled = [r for r in shown if compiled[r["setting"]].spill_stores_bytes]
-package = sweep.one(**chosen)
-clean = compiled[shown[1]["setting"]]
-Claims("07 vector_add", sweep).check_all(
-    {
-        "At the smallest block one warp and two tie, and both are slow": (
-            per_program.tied and all(r in slow for r in pair),
-            per_program.evidence("one warp", "two warps"),
-        ),
-        "Every setting that spills is slow": (
-            bool(spilled) and all(r in slow for r in spilled),
-            ", ".join(
-                f"{r['setting']}: {r['gbps'] / best:.0%} of the best" for r in spilled
-            ),
-        ),
-        "Every slow setting is of one of the three kinds": (
-            all(note(r) for r in slow),
-            f"{len(slow)} slow settings of {len(sweep.rows)}",
-        ),
-        "At the smallest block the compiled code is clean: no spills, "
-        "16-byte loads only": (
-            not clean.spill_stores_bytes and clean.count(r"LDG\.E(?!\.128)") == 0,
-            clean.summary(),
-        ),
-        "The settings that are not slow form a plateau: all are among the best": (
-            all(r["gbps"] >= NEAR_BEST * best for r in sweep.rows if r not in slow),
-            f"{len(sweep.rows) - len(slow)} settings",
-        ),
-        "The package's setting is among the best measured": (
-            package["gbps"] >= NEAR_BEST * best,
-            f"{package['setting']}: {package['gbps'] / best:.0%} of the best",
-        ),
-    }
-)
+said = experiment.launch_claims(sweep, compiled, shown, SLOW, NEAR_BEST, chosen)
+Claims("07 vector_add", sweep).check_all(said)
 
 # %%
 # What the package adds

@@ -18,7 +18,13 @@ Each function checks what it times against a float64 reference first, then
 times the implementations in interleaved rounds (:func:`tilebook.course.bench.compare`)
 so that their spread includes the drift of the GPU's clocks.  GB/s count the
 bytes that must move: both inputs read once and the output written once,
-``3 * n`` elements.  GPU only, like every module of :mod:`tilebook.course.experiments`.
+``3 * n`` elements.  The measurements are GPU only, like every module of
+:mod:`tilebook.course.experiments`.
+
+Below them, what lesson 07 says of its records, on any machine: the tables
+(``*_table``), the claims (``*_claims``, for
+:meth:`tilebook.course.claims.Claims.check_all`), the sentences (``say_*``) and
+its explorer's settings (:func:`explorer`), so that the lesson shows each in one line.
 """
 
 from __future__ import annotations
@@ -42,20 +48,29 @@ __all__ = [
     "GAP",
     "GRAPH_MS",
     "HOST_CALLS",
+    "IMPLS",
     "LAUNCH_N",
     "OVERLAP",
     "SAYS",
     "SPLIT_EXPONENTS",
     "WARPS",
     "Gap",
+    "compiled_table",
     "elements_per_thread",
     "explain_gap",
+    "explorer",
     "host_and_gpu",
+    "launch_claims",
     "launch_settings",
     "read_split",
+    "say_sizes",
     "setting",
     "sizes",
+    "sizes_claims",
+    "sizes_table",
+    "slow_note",
     "span",
+    "split_table",
     "traffic",
 ]
 
@@ -495,3 +510,264 @@ def read_split(record: Any, claims: Any, *, small: int = 3) -> Any:
             else "",
         )
     return verdict
+
+
+# What lesson 07 says of its two records besides the split: its tables, claims (for
+# :meth:`tilebook.course.claims.Claims.check_all`), sentences and its explorer's
+# settings, made from the data of the build, so that the lesson shows each in one line.
+
+#: The two implementations of :func:`sizes`, in the order the page lists them.
+IMPLS = ("tilebook", "torch.add")
+
+
+def _by_size(record: Any) -> tuple[list[int], dict[int, dict[str, Any]], dict[int, Any]]:
+    """A :func:`sizes` record's exponents, its rows by exponent then implementation,
+    and tilebook against torch.add at each exponent."""
+    from ..claims import speedup
+
+    ex = record.values("log2n")
+    at = {e: {i: record.one(log2n=e, impl=i) for i in IMPLS} for e in ex}
+    return ex, at, {e: speedup(r["tilebook"], r["torch.add"]) for e, r in at.items()}
+
+
+def sizes_table(record: Any) -> Any:
+    """A :func:`sizes` record as a table: both times, tilebook's GB/s, both against the
+    copy, and tilebook's verdict against torch.add ("ahead", "behind" or "tie")."""
+    from ..tables import table
+
+    _, at, vs = _by_size(record)
+    copy = record.provenance["copy_gbps"]
+    columns = {
+        "n": lambda r: f"2^{r['e']}",
+        **{f"{i} µs": lambda r, i=i: f"{1e3 * r[i]['median_ms']:.1f}" for i in IMPLS},
+        "tilebook GB/s": lambda r: f"{r['tilebook']['gbps']:,.0f}",
+        "of the copy (tilebook, torch.add)": lambda r: ", ".join(
+            f"{r[i]['gbps'] / copy:.0%}" for i in IMPLS
+        ),
+        "": lambda r: vs[r["e"]].verdict,
+    }
+    return table([{"e": e, **r} for e, r in at.items()], columns, caption=record.caption())
+
+
+def _from_size(record: Any, ok: Callable[[dict[str, Any]], bool]) -> int | None:
+    """The smallest exponent from which ``ok(row)`` holds at every larger size."""
+    ex = record.values("log2n")
+    good = [e for e in ex if all(ok(r) for r in record.rows if r["log2n"] >= e)]
+    return min(good, default=None)
+
+
+def _reach(record: Any, near_copy: float) -> tuple[int | None, int | None]:
+    """From which exponent both reach ``near_copy`` of the copy, and from which they tie."""
+    _, _, vs = _by_size(record)
+    copy = record.provenance["copy_gbps"]
+    near = _from_size(record, lambda r: r["gbps"] >= near_copy * copy)
+    return near, _from_size(record, lambda r: vs[r["log2n"]].tied)
+
+
+def sizes_claims(record: Any, near_copy: float, above_copy: float) -> dict[str, Any]:
+    """The claims a :func:`sizes` record supports: *close to the copy line* means at
+    least ``near_copy`` of the copy's rate, *a few percent* above it at most
+    ``above_copy``; the smallest sizes are the first three of the sweep."""
+    ex, at, vs = _by_size(record)
+    copy = record.provenance["copy_gbps"]
+    near, tie = _reach(record, near_copy)
+    t_torch = [at[e]["torch.add"]["median_ms"] for e in ex[:3]]
+    grows = t_torch[-1] / t_torch[0]
+    top = max(record.rows, key=lambda r: r["gbps"])
+    return {
+        "Both tilebook and torch.add come close to the copy line at the largest sizes": (
+            near is not None,
+            f"both from 2^{near} on",
+        ),
+        "Where both are close to the copy line, tilebook and torch.add tie": (
+            near is not None and tie is not None and tie <= near,
+            "; ".join(f"2^{e}: {vs[e].evidence('tilebook', 'torch.add')}" for e in ex[-3:]),
+        ),
+        f"No size of either runs more than {above_copy:.0%} faster than the copy": (
+            top["gbps"] <= (1 + above_copy) * copy,
+            f"the fastest: {top['impl']} at 2^{top['log2n']}, {top['gbps'] / copy:.0%}",
+        ),
+        "At the smallest sizes the time of torch.add hardly grows with the bytes": (
+            grows < 2,
+            f"{2 ** (ex[2] - ex[0])}x the bytes: {grows:.2f}x the time",
+        ),
+    }
+
+
+def say_sizes(record: Any, near_copy: float) -> Any:
+    """What a :func:`sizes` record says: from where both reach ``near_copy`` of the
+    copy and tie, what the smallest sizes cost, and where torch.add is ahead."""
+    from ..prose import say
+
+    ex, at, vs = _by_size(record)
+    near, tie = _reach(record, near_copy)
+    t_torch = [at[e]["torch.add"]["median_ms"] for e in ex[:3]]
+    behind = [f"2^{e}" for e in ex if vs[e].slower]
+    return say(
+        "Both reach {near:.0%} of the copy from 2^{e} elements on (three "
+        "tensors of {mib:,.0f} MiB each), and from 2^{tie} on they tie at every size. "
+        "At the smallest sizes torch.add takes {lo:.1f} to {hi:.1f} µs whatever the "
+        "size: the cost of launching a kernel and waiting for its first bytes, which a "
+        "small vector cannot hide.  {ahead}",
+        near=near_copy,
+        e=near,
+        mib=2**near * 4 / 2**20,
+        tie=tie,
+        lo=1e3 * min(t_torch),
+        hi=1e3 * max(t_torch),
+        ahead=f"Below 2^{tie}, torch.add is ahead at {', '.join(behind)}." if behind else "",
+    )
+
+
+def split_table(record: Any) -> Any:
+    """The host and GPU times of a :func:`sizes` record at its split sizes, as a
+    table; None for a record without them."""
+    from ..tables import table
+
+    _, at, _ = _by_size(record)
+    split = [{"e": e, **r} for e, r in at.items() if "gpu_us" in r["tilebook"]]
+    if not split:
+        return None
+    columns = {"n": lambda r: f"2^{r['e']}"} | {
+        f"{i}, {k} µs": lambda r, i=i, k=k: f"{r[i][k.lower() + '_us']:.1f}"
+        for k in ("GPU", "host")
+        for i in IMPLS
+    }
+    return table(split, columns, caption=f"medians over the rounds; {record.caption()}")
+
+
+def compiled_table(
+    shown: Sequence[dict[str, Any]], compiled: Mapping[str, Any], best: float
+) -> Any:
+    """The compiled code of the :func:`launch_settings` rows ``shown``: registers,
+    spills and load widths (``compiled``: each setting's
+    :class:`~tilebook.course.aot.CompiledKernel`), and each speed against the ``best``."""
+    from ..tables import table
+
+    columns = {
+        "BLOCK_SIZE / num_warps": "setting",
+        "elements per thread": ("elements_per_thread", "{:g}"),
+        "registers": lambda r: compiled[r["setting"]].registers,
+        "spilled bytes": lambda r: compiled[r["setting"]].spill_stores_bytes,
+        "16-byte loads": lambda r: compiled[r["setting"]].count(r"LDG\.E\.128"),
+        "narrower loads": lambda r: compiled[r["setting"]].count(r"LDG\.E(?!\.128)"),
+        "of the best": lambda r: f"{r['gbps'] / best:.0%}",
+    }
+    caption = "compiled for sm_90 ahead of time; speeds from the sweep below"
+    return table(shown, columns, caption=caption)
+
+
+def _slow(record: Any, slow: float) -> tuple[float, list[dict[str, Any]], int]:
+    """A :func:`launch_settings` record's best GB/s, its rows below ``slow`` of that,
+    and its smallest block."""
+    best = max(r["gbps"] for r in record.rows)
+    slow_rows = [r for r in record.rows if r["gbps"] < slow * best]
+    return best, slow_rows, min(record.values("BLOCK_SIZE"))
+
+
+def slow_note(row: Mapping[str, Any], compiled: Mapping[str, Any], smallest: int) -> str:
+    """Why a setting of :func:`launch_settings` is slow: which of the three kinds it is
+    (the smallest block, more threads than elements, spills), from its row and, when
+    it was compiled, its code; empty when it is of none."""
+    k = compiled.get(row["setting"])
+    parts = []
+    if row["BLOCK_SIZE"] == smallest:
+        parts.append(
+            f"The smallest block, {row['programs']:,} programs: with one warp or "
+            "two it runs at one speed, so its cost is per program."
+        )
+    if row["elements_per_thread"] < 1:
+        parts.append(
+            f"{_WARP_SIZE * row['num_warps']} threads for {row['BLOCK_SIZE']} elements: "
+            "threads load copies of each other's elements."
+        )
+    if k is not None and k.spill_stores_bytes:
+        parts.append(
+            f"ptxas spills {k.spill_stores_bytes} bytes per thread at {k.registers} "
+            f"registers: {row['elements_per_thread']:g} elements per thread do not fit."
+        )
+    return " ".join(parts)
+
+
+def explorer(
+    record: Any,
+    compiled: Mapping[str, Any],
+    copy: float,
+    slow: float,
+    initial: Mapping[str, int],
+) -> dict[str, Any]:
+    """The settings of lesson 07's :class:`~tilebook.course.widgets.SweepExplorer` over a
+    :func:`launch_settings` record: each slow setting (below ``slow`` of the best) with
+    its :func:`slow_note`, the ``copy`` as its ceiling, starting at ``initial``."""
+    _, slow_rows, smallest = _slow(record, slow)
+    rows = [
+        {
+            **r,
+            "note": slow_note(r, compiled, smallest) if r in slow_rows else "",
+            "detail": f"{r['elements_per_thread']:g} elements per thread, "
+            f"{r['programs']:,} programs",
+        }
+        for r in record.rows
+    ]
+    return {
+        "rows": rows,
+        "knobs": ["BLOCK_SIZE", "num_warps"],
+        "metric": "gbps",
+        "unit": "GB/s",
+        "title": "vector_add: BLOCK_SIZE and num_warps against measured bandwidth",
+        "caption": record.caption(),
+        "initial": dict(initial),
+        "ceiling": copy,
+        "ceiling_label": "the copy",
+        "slow_fraction": slow,
+        "note": "note",
+        "extra": "detail",
+    }
+
+
+def launch_claims(
+    record: Any,
+    compiled: Mapping[str, Any],
+    shown: Sequence[dict[str, Any]],
+    slow: float,
+    near_best: float,
+    initial: Mapping[str, int],
+) -> dict[str, Any]:
+    """The claims a :func:`launch_settings` record and the compiled code of its rows
+    ``shown`` support (``shown[1]``: the smallest block on one warp): *slow* means
+    below ``slow`` of the best, *among the best* within ``near_best`` of it;
+    ``initial`` is the package's setting."""
+    from ..claims import speedup
+
+    best, slow_rows, smallest = _slow(record, slow)
+    pair = [record.one(BLOCK_SIZE=smallest, num_warps=w) for w in (1, 2)]
+    per_program = speedup(*pair)
+    spilled = [r for r in shown if compiled[r["setting"]].spill_stores_bytes]
+    package = record.one(**initial)
+    clean = compiled[shown[1]["setting"]]
+    return {
+        "At the smallest block one warp and two tie, and both are slow": (
+            per_program.tied and all(r in slow_rows for r in pair),
+            per_program.evidence("one warp", "two warps"),
+        ),
+        "Every setting that spills is slow": (
+            bool(spilled) and all(r in slow_rows for r in spilled),
+            ", ".join(f"{r['setting']}: {r['gbps'] / best:.0%} of the best" for r in spilled),
+        ),
+        "Every slow setting is of one of the three kinds": (
+            all(slow_note(r, compiled, smallest) for r in slow_rows),
+            f"{len(slow_rows)} slow settings of {len(record.rows)}",
+        ),
+        "At the smallest block the compiled code is clean: no spills, 16-byte loads only": (
+            not clean.spill_stores_bytes and clean.count(r"LDG\.E(?!\.128)") == 0,
+            clean.summary(),
+        ),
+        "The settings that are not slow form a plateau: all are among the best": (
+            all(r["gbps"] >= near_best * best for r in record.rows if r not in slow_rows),
+            f"{len(record.rows) - len(slow_rows)} settings",
+        ),
+        "The package's setting is among the best measured": (
+            package["gbps"] >= near_best * best,
+            f"{package['setting']}: {package['gbps'] / best:.0%} of the best",
+        ),
+    }
