@@ -12,6 +12,7 @@ whole measurement on a GPU).
 from __future__ import annotations
 
 import ast
+import re
 
 import pytest
 import torch
@@ -299,3 +300,39 @@ def test_the_lesson_times_its_own_copy_of_the_experiment_s_kernel():
     (call,) = [n for n in SCRIPT.nodes("measure_paths")]
     assert "kernel=repeat_dot_kernel" in ast.unparse(call) and "timer=timed" in ast.unparse(call)
     assert "do_bench" in SCRIPT.source("timed")
+
+
+def test_the_page_s_claims_and_sentences_hold_on_the_committed_record_and_bite():
+    """What the page says of the timed paths, made from the committed H200 record (the
+    GPU build's branch) and from the accumulator's rows; each claim fails on data that
+    contradicts it."""
+    from tilebook.course.bench import RECORDS_DIR, load_record
+    from tilebook.course.claims import ClaimError, Claims
+
+    paths = load_record("lesson05_paths", RECORDS_DIR)
+    assert Claims("05", paths).check_all(experiment.paths_claims(paths)).ok
+    text = " ".join(str(experiment.say_tf32x3(paths)).split())
+    assert re.search(r"is (faster than|slower than|tied with) the FMA loop \(\d+\.\d times", text)
+    assert "appear once a GPU" in str(experiment.say_tf32x3(None))
+    cells = experiment.paths_table(paths, _ops_of_paths(paths), 90, "64x64x32, 4 warps")
+    assert cells.column("path") == [r["path"] for r in paths.rows]
+    x3 = next(r for r in paths.rows if r["path"] == "fp32 tf32x3")
+    x3["err"] = 1.0  # tf32x3 no more accurate than tf32: the claim must fail
+    with pytest.raises(ClaimError, match="ten times as accurate"):
+        Claims("05", paths).check_all(experiment.paths_claims(paths))
+
+    pairs = [("fp16", "fp32"), ("fp16", "fp16")]
+    rows = [{"pair": "fp16 -> fp32", "K": k, "ratio": 1.0} for k in (16, 4096)]
+    rows += [{"pair": "fp16 -> fp16", "K": k, "ratio": r} for k, r in ((16, 1.0), (4096, 9.0))]
+    assert Claims("05", "t").check_all(experiment.grows_claims(rows, pairs, [16, 4096], 2.0)).ok
+    assert experiment.say_overlap(rows, [16, 4096]) is None  # the lines lie apart
+    rows[-1]["ratio"] = 1.05  # no longer wrong at the longest K, and on fp32's line
+    with pytest.raises(ClaimError, match="wrong at the longest"):
+        Claims("05", "t").check_all(experiment.grows_claims(rows, pairs, [16, 4096], 2.0))
+    said = " ".join(str(experiment.say_overlap(rows, [16, 4096])).split())
+    assert "lines of fp16 -> fp32 and fp16 -> fp16 lie on each other" in said
+    assert "differ by at most 5%" in said
+
+
+def _ops_of_paths(paths):
+    return {(90, f"{r['path']} -> fp32", "64x64x32, 4 warps"): [("HGMMA.x", 1)] for r in paths.rows}

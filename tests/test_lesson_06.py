@@ -267,3 +267,68 @@ def test_experiments_run_on_a_gpu(lesson):
     ways["atomic_max"] = lambda: lesson.atomic_max(x, 1024)
     got = experiment.repeatability(ways, x, reference={"atomic_max": x.max()}, runs=3)
     assert [r["distinct"] for r in got] == [1, 1]
+
+
+def test_the_page_s_claims_hold_on_its_compiles_and_bite(lesson):
+    from tilebook.course.aot import compile_many
+    from tilebook.course.claims import ClaimError, Claims
+
+    warps, ops = (1, 4, 16), ("add.f32", "shfl.sync.bfly", "st.shared", "ld.shared", "bar.sync")
+    ks = compile_many(
+        {str(w): {"num_warps": w} for w in warps},
+        kernel=lesson.block_sum_kernel,
+        signature={"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"},
+        constexprs={"BLOCK": 1024},
+        arch=90,
+    )
+    counts = [
+        {"warps": w, "per_thread": 1024 // (32 * w)}
+        | {op: ks[str(w)].count(r"\b" + op.replace(".", r"\."), "ptx") for op in ops}
+        for w in warps
+    ]
+    listing = ks["4"].lines_for("tl.sum(x", "ptx")
+    said = experiment.lowering_claims(counts, ks["4"], listing, 32)
+    assert Claims("06", "t").check_all(said).ok
+    assert experiment.ptx_table(counts, 1024).column("bar.sync")[0] == "0"
+    text = " ".join(str(experiment.say_adds(ks["4"], listing)).split())
+    assert re.match(r"(All|None|\d+) of the \d+ float adds of the PTX (is|are) among", text)
+    assert "in 2 more shuffles" in " ".join(str(experiment.say_warps(4, 8, 32)).split())
+    counts[0]["bar.sync"] = 1  # one warp with a barrier: the claim must fail
+    with pytest.raises(ClaimError, match="One warp needs no shared memory"):
+        Claims("06", "t").check_all(experiment.lowering_claims(counts, ks["4"], listing, 32))
+
+
+def test_the_page_s_claims_hold_on_the_committed_records_and_bite():
+    """The GPU build's branch: the tables, claims and sentences of the committed H200
+    records; and the claims of the page's own computations."""
+    from tilebook.course.bench import RECORDS_DIR, load_record
+    from tilebook.course.claims import ClaimError, Claims
+    from tilebook.course.widgets_softmax import OnlineSoftmaxStepper
+
+    repeat = load_record("lesson06_repeat", RECORDS_DIR)
+    cont = load_record("lesson06_contention", RECORDS_DIR)
+    assert Claims("06", repeat).check_all(experiment.repeat_claims(repeat)).ok
+    assert Claims("06", cont).check_all(experiment.contention_claims(cont)).ok
+    assert experiment.repeat_table(repeat).column("way") == [r["impl"] for r in repeat.rows]
+    against = experiment.contention_table(cont).column("against partial sums")
+    assert "" in against and any(re.match(r"(faster|slower|level)", a) for a in against)
+    assert "No GPU record" in str(experiment.repeat_table(None))
+    one = next(r for r in repeat.rows if r["impl"] == "atomic_add, one address")
+    one["distinct"] = 1  # an atomic sum that repeats its bits: the claim must fail
+    with pytest.raises(ClaimError, match="different bits from run to run"):
+        Claims("06", repeat).check_all(experiment.repeat_claims(repeat))
+
+    accuracy = [{"two-pass": 1.0, "online": 1.5}, {"two-pass": 2.0, "online": 2.0}]
+    assert Claims("06", "t").check_all(experiment.accuracy_claims(accuracy)).ok
+    assert "costs next to nothing" in str(experiment.say_rescale_cost(accuracy))
+    accuracy[0]["online"] = 80.0
+    with pytest.raises(ClaimError, match="within 64 eps"):
+        Claims("06", "t").check_all(experiment.accuracy_claims(accuracy))
+    assert "adds to its error" in " ".join(str(experiment.say_rescale_cost(accuracy)).split())
+
+    settings = OnlineSoftmaxStepper().settings()
+    assert Claims("06", "t").check_all(experiment.stepper_claims(settings)).ok
+    wrong = next(r for r in settings if r["knobs"]["rescale"] == "skip" and r["rescales"] > 0)
+    wrong["verdict"] = "ok"  # a skipped rescale that happens to be right: the claim fails
+    with pytest.raises(ClaimError, match="wrong exactly where"):
+        Claims("06", "t").check_all(experiment.stepper_claims(settings))

@@ -299,3 +299,44 @@ def test_exercise_3_the_checker_sees_a_missing_k_mask(tmp_path):
     assert whole.ok and "x29 " in ragged.label, str(verdict)
     ((nan),) = ragged.findings
     assert nan.kind == "nan" and nan.count == 37 * 53, str(verdict)  # every element
+
+
+def test_the_page_s_claims_and_sentences_on_the_committed_records(lesson):
+    """The GPU build's branches, on the committed H200 records: the claims hold and
+    fail on data that contradicts them; another GPU's paths get the sentence instead
+    of the Hopper claims."""
+    from tilebook.course.bench import load_record
+    from tilebook.course.claims import ClaimError, Claims
+
+    order, sizes, layer = (
+        load_record(n, RECORDS_DIR)
+        for n in ("lesson09_order", "lesson09_sizes", "lesson09_linear_act")
+    )
+    said = experiment.order_claims(order, lesson.SWEEP, lesson.ORDERS)
+    assert Claims("09", order).check_all(said).ok
+    text = " ".join(str(experiment.say_order(order, lesson.SWEEP)).split())
+    assert text.count("grouped is") == len(lesson.SWEEP)
+    assert Claims("09", sizes).check_all(experiment.sizes_claims(sizes)).ok
+    assert len(experiment.sizes_claims(sizes)) == 2 and experiment.say_other_paths(sizes) is None
+    table = experiment.sizes_table(sizes)
+    assert set(table.column("tilebook")) <= {"faster", "slower", "tied"}
+    assert Claims("09", layer).check_all(experiment.layer_claims(layer)).ok
+    assert "tilebook.linear_act is" in " ".join(str(experiment.say_layer(layer)).split())
+
+    sizes.provenance["paths"] = "8.0"  # another GPU's paths: no Hopper claim, a sentence
+    assert list(experiment.sizes_claims(sizes)) == [
+        "cuBLAS: the ragged shape, under half of 4096 cubed"
+    ]
+    assert "compute capability 8.0" in " ".join(str(experiment.say_other_paths(sizes)).split())
+    layer.provenance["paths"] = "8.0"
+    assert experiment.layer_claims(layer) == {}
+
+    slow = next(r for r in order.rows if (r["tile"], r["order"]) == ("64x64", "grouped"))
+    slow["tflops"] = 1e6  # the small tile fastest: the claim must fail
+    with pytest.raises(ClaimError, match="grouped: the 64x64 tiles are the slowest"):
+        Claims("09", order).check_all(experiment.order_claims(order, lesson.SWEEP, lesson.ORDERS))
+    ragged = sizes.one(shape="4095x4097x4093", impl="cuBLAS")
+    ragged.update(tflops=1e6, median_ms=1e-9, p20_ms=1e-9, p80_ms=1e-9)
+    with pytest.raises(ClaimError, match="under half of 4096 cubed"):
+        Claims("09", sizes).check_all(experiment.sizes_claims(sizes))
+    assert "There is no record" in str(experiment.say_order(None, lesson.SWEEP))

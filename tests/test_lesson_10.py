@@ -320,3 +320,45 @@ def test_the_backward_prose_matches_the_package():
     assert "keeps in registers, where its backward reads ``y`` and ``dy`` twice" in text
     assert sm.pick_config(sm.ONLINE_THRESHOLD, backward=True).reload
     assert not sm.pick_config(2048, backward=True).reload
+
+
+def test_the_page_s_claims_and_sentences_on_the_committed_records():
+    """The GPU build's branch, on the committed H200 records: every claim of the page
+    holds, each sentence is made, and a claim fails on data that contradicts it."""
+    from tilebook.course.claims import ClaimError, Claims
+
+    fwd, bwd, bins, runs = (
+        _record(f"lesson10_{n}") for n in ("forward", "backward", "binaries", "launches")
+    )
+    widths, row_warps = SCRIPT.constant("WIDTHS"), SCRIPT.constant("ROW_WARPS")
+    short, mid, long, fits = widths[0], widths[1], widths[-1], sm.ONLINE_THRESHOLD
+    one_row, online, single = "one row a program", "online always", "single pass always"
+    for rec, said in [
+        (fwd, experiment.launch_claims(fwd, short, fits, row_warps, one_row)),
+        (bins, experiment.spill_claims(bins, one_row, single, fits, long)),
+        (fwd, experiment.online_claims(fwd, (short, mid, long), fits, online, single)),
+        (bwd, experiment.backward_claims(bwd, (mid, fits))),
+        (fwd, experiment.versus_claims(fwd, widths, (mid, fits))),
+    ]:
+        assert Claims("10", rec).check_all(said).ok
+    one_pass = [n for n in widths if n <= fits]
+    text = " ".join(str(experiment.say_launch(fwd, one_pass, row_warps, one_row)).split())
+    assert text.startswith(f"Against the kernel above (one row a program on {row_warps} warps)")
+    assert "the copy bandwidth" in str(experiment.say_forward(fwd))
+    said = " ".join(
+        str(
+            experiment.say_launches(runs, "persistent", "no eviction hint", "a program a tile")
+        ).split()
+    )
+    assert re.search(r"The persistent grid runs (faster than|slower than|level with) the", said)
+    assert experiment.binaries_table(bins).column("kernel") == [r["impl"] for r in bins.rows]
+    assert experiment.explorer_setup(fwd, ["tilebook"])["ceiling"] == fwd.provenance["copy_gbps"]
+
+    r = bins.one(impl="tilebook", n=fits)
+    r["spills"] = 4  # the package's launch spilling: the claim must fail
+    with pytest.raises(ClaimError, match="on the package's warps does not spill"):
+        Claims("10", bins).check_all(experiment.spill_claims(bins, one_row, single, fits, long))
+    torch_row = fwd.one(kernel="forward", n=mid, impl="torch")
+    torch_row.update(median_ms=1e-6, p20_ms=1e-6, p80_ms=1e-6)  # torch far faster at mid
+    with pytest.raises(ClaimError, match=r"faster than torch\.softmax at every row length"):
+        Claims("10", fwd).check_all(experiment.versus_claims(fwd, widths, (mid, fits)))

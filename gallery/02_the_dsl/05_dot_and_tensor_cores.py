@@ -34,11 +34,12 @@ on ``tl.dot``; the measurement of this lesson is
 # Setting up
 # ----------
 # :mod:`tilebook` first: it decides whether kernels run on a CUDA GPU or through
-# Triton's interpreter, before Triton loads (lesson 01).
+# Triton's interpreter, before Triton loads (lesson 01).  The tables, sentences
+# and claims this page makes of its compiles and measurements are made in
+# :mod:`tilebook.course.experiments.dot` (``experiment`` below).
 
 import tilebook
 
-import itertools
 import re
 import textwrap
 from collections import Counter
@@ -54,7 +55,7 @@ from triton.backends.nvidia.compiler import min_dot_size
 from tilebook.course.aot import AotError, compile_many
 from tilebook.course.bench import record_or_measure
 from tilebook.course.check import CorrectnessReport
-from tilebook.course.claims import Claims, all_faster, speedup
+from tilebook.course.claims import Claims
 from tilebook.course.experiments import dot as experiment
 from tilebook.course.plots import (
     caption_figure,
@@ -63,8 +64,6 @@ from tilebook.course.plots import (
     place_legend,
     run_caption,
 )
-from tilebook.course.prose import say
-from tilebook.course.tables import table
 from tilebook.course.widgets_dot import DotExplorer
 
 print(tilebook.banner())
@@ -216,21 +215,8 @@ def dot_ops(k):
 
 ops = {s: dot_ops(compiled[label(s)]) for s in SETTINGS}
 count = {s: sum(n for _, n in ops[s]) for s in SETTINGS}
-family = {
-    s: ops[s][0][0].split(".")[0].replace("HFMA2", "FMA").replace("FFMA", "FMA")
-    for s in ops
-}
-COMPILED = {  # the table's columns, each a function of a setting's row
-    "target": lambda r: f"sm_{r['s'][0]}",
-    "inputs -> accumulator": lambda r: r["s"][1],
-    "tile, warps": lambda r: r["s"][2],
-    "instruction": lambda r: ops[r["s"]][0][0],
-    "how many": lambda r: count[r["s"]],
-    "registers": lambda r: r["k"].registers,
-    "spilled bytes": lambda r: r["k"].spill_stores_bytes,
-}
-AOT = f"compiled ahead of time by triton {triton.__version__}"
-table([{"s": s, "k": compiled[label(s)]} for s in SETTINGS], COMPILED, caption=AOT)
+kernels = {s: compiled[label(s)] for s in SETTINGS}
+experiment.compiled_table(SETTINGS, ops, kernels)
 
 # %%
 # Read it by what changes from row to row.
@@ -295,30 +281,8 @@ def lowering(arch, inputs, tile):
     return "HMMA"
 
 
-sm75 = compiled[label((75, "fp16 -> fp32", TILE))]
-tf32, tf32x3 = ((90, f"fp32 {p} -> fp32", TILE) for p in ("tf32", "tf32x3"))
-f16 = ops[(90, "fp16 -> fp16", TILE)][0][0]
-RULES = {  # claim: (holds, evidence), on the compiles above
-    "The rule gives the instruction family of every compile in the table": (
-        all(lowering(*s) == family[s] for s in SETTINGS),
-        f"{len(SETTINGS)} compiles",
-    ),
-    "Both settings the rule refuses fail to compile, and Triton names each reason": (
-        all(lowering(*s).startswith("refused") for s in REFUSED)
-        and len(set(reasons)) > 1,
-        "; ".join(lowering(*s) for s in REFUSED),
-    ),
-    "On sm_75 fp16 inputs become fused multiply-adds, and the loop spills": (
-        family[75, "fp16 -> fp32", TILE] == "FMA" and sm75.spill_stores_bytes > 0,
-        sm75.summary(),
-    ),
-    "tf32x3 runs three times the tensor-core instructions of tf32": (
-        count[tf32x3] == 3 * count[tf32],
-        f"{count[tf32x3]} against {count[tf32]}",
-    ),
-    "An fp16 accumulator is the instruction's own": (".F16" in f16, f16),
-}
-Claims("05 tl.dot", HERE).check_all(RULES)
+said = experiment.rules_claims(SETTINGS, REFUSED, lowering, reasons, ops, kernels, TILE)
+Claims("05 tl.dot", HERE).check_all(said)
 
 # %%
 # Accumulating: why float32
@@ -390,14 +354,7 @@ def chain(inputs, acc, k):
 
 
 acc_rows = [chain(i, a, k) for i, a in PAIRS for k in KS]
-ERRORS = {
-    "inputs -> accumulator": "pair",
-    "K": "K",
-    "error vs float64": ("err", "{:.1e}"),
-}
-ERRORS["error / rounding the exact product"] = ("ratio", "{:.2f}")
-ONE = f"one program, M = N = {MN}, relative error; {run_caption()}"
-table(acc_rows, ERRORS, caption=ONE)
+experiment.errors_table(acc_rows, MN)
 
 # %%
 # The same, drawn: a colour for each setting, solid lines and filled dots for
@@ -413,7 +370,6 @@ STYLE = {
         "markersize": 9,
     },
 }
-SAME = 0.1  # lines whose ratios differ by less than this overlap on the log axis
 by = {(r["pair"], r["K"]): r["ratio"] for r in acc_rows}
 settings = list(dict.fromkeys(r["pair"] for r in acc_rows))
 with house_style():
@@ -426,20 +382,7 @@ with house_style():
     ax.set_title("The accumulator's dtype over a long K")
     place_legend(ax)
     caption_figure(fig, run_caption())
-printed = {key: round(ratio, 2) for key, ratio in by.items()}  # as the table has them
-apart = {  # from the printed ratios, so that a reader can check the sentence below
-    (p, q): max(abs(printed[p, k] / printed[q, k] - 1) for k in KS)
-    for p, q in itertools.combinations(settings, 2)
-}
-overlap = {pq: d for pq, d in apart.items() if d < SAME}
-coinciding = [f"``{p}`` and ``{q}``" for p, q in overlap]
-say(
-    "On the plot the lines of {lines} lie on each other: at every ``K`` {their} "
-    "ratios to the rounding differ by at most {d:.0%}.",
-    lines=", and those of ".join(coinciding) + ("," if len(coinciding) > 1 else ""),
-    their="their" if len(coinciding) == 1 else "each pair's",
-    d=max(overlap.values()),
-) if overlap else None
+experiment.say_overlap(acc_rows, KS)
 
 # %%
 # With a float32 accumulator every error is the rounding of the exact product,
@@ -448,20 +391,7 @@ say(
 # short ``K`` passes a kernel that is wrong on a long one.  Checked on the
 # table's ratios:
 
-worst32 = max(r["ratio"] for r in acc_rows if r["pair"].endswith("fp32"))
-GROWS = {  # claim: (holds, evidence)
-    "With a float32 accumulator the error is the rounding of the exact product": (
-        worst32 < 1.5,
-        f"at most {worst32:.2f} times it, at every K",
-    )
-}
-for p in (f"{i} -> {a}" for i, a in PAIRS[1::2]):
-    lo, hi = by[p, KS[0]], by[p, KS[-1]]
-    GROWS[f"{p}: the error grows with K and is wrong at the longest"] = (
-        hi > lo and hi > WRONG,
-        f"{lo:.2f} times the rounding at K = {KS[0]}, {hi:.2f} at {KS[-1]}",
-    )
-Claims("05 tl.dot", HERE).check_all(GROWS)
+Claims("05 tl.dot", HERE).check_all(experiment.grows_claims(acc_rows, PAIRS, KS, WRONG))
 
 # %%
 # float32 inputs, tf32, and what each path costs
@@ -531,7 +461,7 @@ paths = record_or_measure(
 if paths is None:
     print(textwrap.fill(no_record_message("lesson05_paths"), 88))
 rows = {r["path"]: r for r in paths.rows} if paths else {}
-vs = {p: speedup(r, rows["fp32 ieee"]) for p, r in rows.items()}
+vs = experiment.against_loop(rows)
 err = {p: r["err"] for p, r in rows.items()}
 # The instruction of each path, for the architecture of the GPU that timed it
 TIMED = round(10 * float(paths.provenance.get("capability", 9.0))) if paths else 90
@@ -542,17 +472,7 @@ if missing:  # not timed on Hopper: compile its own architecture too
         compile_many({label(s): job(*s) for s in missing}, kernel=tile_dot_kernel)
     )
     ops.update({s: dot_ops(compiled[label(s)]) for s in missing})
-PATH_COLUMNS = {  # each a function of a path's row
-    "path": "path",
-    "instruction": lambda r: ops[TIMED, f"{r['path']} -> fp32", TILE][0][0],
-    "error vs float32 data": ("err", "{:.1e}"),
-    "the dot's own error": ("err_dot", "{:.1e}"),
-    "TFLOP/s": ("tflops", "{:,.0f}"),
-    "times the FMA loop": lambda r: f"{vs[r['path']].ratio:.1f}",
-}
-table(
-    list(rows.values()), PATH_COLUMNS, caption=paths.caption() if paths else "no record"
-)
+experiment.paths_table(paths, ops, TIMED, TILE)
 
 # %%
 # What the table says, checked on its data (a CPU without the record has
@@ -562,42 +482,11 @@ table(
 # cores.  One tile chained on itself reaches only part of a peak; the ratios
 # between paths on the same tile are the point.
 
-tc = [p for p in rows if p not in ("fp32 ieee", "fp32 tf32x3")]
-fp8 = [p for p in rows if p.startswith("fp8")]
-loop = {(p, "the loop"): vs[p] for p in tc}  # the errors are in the table above
-CHECKS = {  # claim: holds, or a function of (holds, evidence) read only with data
-    "Every path of one tensor-core product per step beats the FMA loop": lambda: (
-        all_faster(loop)
-    ),
-    "tf32's error is over a hundred times that of float32 on the FMA loop": lambda: (
-        err["fp32 tf32"] > 100 * err["fp32 ieee"]
-    ),
-    "tf32x3 is more than ten times as accurate as tf32": lambda: (
-        10 * err["fp32 tf32x3"] < err["fp32 tf32"]
-    ),
-    "16-bit inputs lose far more to the conversion than to the additions": lambda: all(
-        rows[p]["err"] > 10 * rows[p]["err_dot"] for p in ("fp16", "bf16")
-    ),
-}
-if fp8 or paths is None:
-    CHECKS["fp8 inputs cost the most accuracy of all paths"] = lambda: (
-        min(err[p] for p in fp8) > max(e for p, e in err.items() if p not in fp8)
-    )
-Claims("05 tl.dot", paths).check_all(CHECKS)
+Claims("05 tl.dot", paths).check_all(experiment.paths_claims(paths))
 
 # %%
 
-VERDICTS = [("faster than", lambda c: c.faster), ("slower than", lambda c: c.slower)]
-VERDICTS.append(("tied with", lambda c: c.tied))
-LATER = "The sentences that read this measurement appear once a GPU has made it."
-x3 = vs.get("fp32 tf32x3")
-say(
-    "tf32x3, three products per step plus the work of splitting its inputs, is {v} "
-    "the FMA loop ({r:.1f} times its rate), with {e:.1f} times its error.",
-    v=next(w for w, ok in VERDICTS if ok(x3)),
-    r=x3.ratio,
-    e=err["fp32 tf32x3"] / err["fp32 ieee"],
-) if paths else say(LATER)
+experiment.say_tf32x3(paths)
 
 # %%
 # fp8 on Hopper.  e4m3 keeps 3 bits of mantissa and 4 of exponent, e5m2 2 and
@@ -667,16 +556,8 @@ def explore(arch, inputs, tile):
     return r
 
 
-KNOBS = {
-    "target": ["sm_90", "sm_80", "sm_75"],
-    "inputs": list(CHOICES),
-    "tile": list(TILES),
-}
-SHOWN = {"compiled": "compiled", "acc": "accumulator", "error": "error", "rate": "rate"}
-LABELS = {"inputs": "inputs -> accumulator", "tile": "tile, warps"}
 explored = [explore(a, i, t) for a in (90, 80, 75) for i in CHOICES for t in TILES]
-RATES = f"triton {triton.__version__}; rates: {paths.caption() if paths else '-'}"
-DotExplorer(explored, KNOBS, SHOWN, labels=LABELS, caption=RATES)
+DotExplorer(explored, **experiment.explorer_setup(CHOICES, TILES, paths))
 
 # %%
 # Where this leads

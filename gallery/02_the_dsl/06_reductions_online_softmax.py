@@ -32,13 +32,12 @@ carries it into :func:`tilebook.flash_attention`.
 # %%
 # Setting up
 # ----------
+# The tables, sentences and claims this page makes of its compiles, records and
+# computations are made in :mod:`tilebook.course.experiments.reductions`
+# (``experiment`` below).
 
 import tilebook
 
-import itertools
-import math
-import os
-import re
 import warnings
 
 import torch
@@ -49,20 +48,14 @@ import tilebook.ops.softmax as sm
 from tilebook.course.aot import compile_many
 from tilebook.course.bench import record_or_measure
 from tilebook.course.check import CorrectnessReport
-from tilebook.course.claims import Claims, all_faster, speedup
+from tilebook.course.claims import Claims
 from tilebook.course.experiments import reductions as experiment
-from tilebook.course.prose import say
-from tilebook.course.tables import table
 from tilebook.course.widgets_softmax import OnlineSoftmaxStepper
 
 print(tilebook.banner())
 DEVICE = tilebook.device()
 # numpy, which runs the interpreter, warns where -inf meets -inf in the padding.
 warnings.filterwarnings("ignore", "invalid value", RuntimeWarning)
-
-
-def no_record():
-    return say("No GPU record of this is committed yet: run the lesson on a GPU.")
 
 
 # %%
@@ -223,9 +216,7 @@ counts = [
     | {op: sums[f"num_warps={w}"].count(rx, "ptx") for op, rx in PTX.items()}
     for w in WARPS
 ]
-AOT = f"BLOCK={SUM_BLOCK}, compiled for sm_90 by Triton {triton.__version__}"
-columns = {"num_warps": "warps", "elements a thread": "per_thread"}
-table(counts, columns | {op: op for op in PTX}, caption=AOT)
+experiment.ptx_table(counts, SUM_BLOCK)
 
 # %%
 # What the ``tl.sum`` line became, on the middle number of warps: the lines of
@@ -246,89 +237,19 @@ for line in listing:
 # credited to the line that called it, to the library's lines, or to both.
 # Where this build's PTX credits the float adds:
 
-ptx = ksum.stage("ptx").splitlines()
-adds = {n for n, ln in enumerate(ptx, 1) if re.search(PTX["add.f32"], ln)}
-listed = adds & {ln.number for ln in listing}
-index = ksum.line_index("ptx")
-library = {
-    loc: adds.intersection(numbers)
-    for loc, numbers in index.items()
-    if loc[0] != ksum.kernel_file and adds.intersection(numbers)
-}
-# The library line most of whose PTX is these adds: the combine, not its callers
-combine = (
-    max(library, key=lambda c: (len(library[c]), -len(index[c]))) if library else None
-)
-combine_src = (
-    dict(ksum.sources.get(combine[0], [])).get(combine[1], "?") if combine else ""
-)
-share = "All" if listed == adds else "None" if not listed else f"{len(listed)}"
-held = len(library[combine]) if combine else 0
-them = "them" if held == len(adds) else f"{held} of them"
-caller = "as well" if listed else "not"
-why = (  # where the adds the listing misses are credited
-    f": the PTX credits {them} to ``{combine_src.strip()}`` (line {combine[1]} of "
-    f"Triton's {os.path.basename(combine[0])}), the combine function ``tl.sum`` adds "
-    f"with, and {caller} to the kernel's line that called ``tl.sum``"
-    if combine
-    else ""
-)
-verb = "is" if share == "None" else "are"
-say(
-    "{s} of the {n} float adds of the PTX {v} among the lines listed{why}.",
-    s=share,
-    n=len(adds),
-    v=verb,
-    why=why,
-)
+experiment.say_adds(ksum, listing)
 
 # %%
 # Three levels, from the data above.
 
-say(
-    "On {w} warps each thread holds {e} of the block's elements and adds them in "
-    "its registers ({a} adds).  Then each warp combines its threads' sums in {lw} "
-    "butterfly steps: a thread adds the value of the lane {hops} places away, so "
-    "after the last step every lane holds the warp's sum.  Warps cannot read each "
-    "other's registers: each writes its sum to shared memory, ``bar.sync`` waits "
-    "until all are there, and the {w} sums are combined in {lx} more shuffles.",
-    w=w,
-    e=e,
-    a=e - 1,
-    lw=int(math.log2(WARP)),
-    hops=", ".join(str(WARP >> k) for k in range(1, int(math.log2(WARP)))) + " or 1",
-    lx=int(math.log2(w)),
-)
+experiment.say_warps(w, e, WARP)
 
 # %%
 # Checked on every variant: one warp has no third level, and the most warps
 # leave little for the first.
 
-seen = lambda op: ", ".join(f"num_warps={r['warps']}: {r[op]}" for r in counts)
-uses = [(r["warps"] > 1) == (r["bar.sync"] > 0) == (r["st.shared"] > 0) for r in counts]
-credited = ", ".join(
-    f"{len(v)} in {os.path.basename(f)}:{n}" for (f, n), v in library.items()
-)
-LOWERING = {  # claim: (holds, evidence), on the PTX counts of the table
-    "A tl.sum takes log2(32) shuffles in a warp plus log2(num_warps) across warps": (
-        all(r["shfl.sync.bfly"] == math.log2(WARP * r["warps"]) for r in counts),
-        seen("shfl.sync.bfly"),
-    ),
-    "Every float add is one in a thread's registers or one after a shuffle": (
-        all(r["add.f32"] == r["per_thread"] - 1 + r["shfl.sync.bfly"] for r in counts),
-        seen("add.f32"),
-    ),
-    "Every float add of the PTX is the tl.sum line's or its combine function's": (
-        len(adds) == counts[1]["add.f32"]
-        and adds <= listed | set().union(*library.values()),
-        f"num_warps={w}: {len(adds)} adds, {len(listed)} listed, {credited}",
-    ),
-    "One warp needs no shared memory and no barrier; more warps need both": (
-        all(uses),
-        seen("bar.sync"),
-    ),
-}
-Claims("06 reductions", AOT).check_all(LOWERING)
+said = experiment.lowering_claims(counts, ksum, listing, WARP)
+Claims("06 reductions", experiment.aot_caption(SUM_BLOCK)).check_all(said)
 
 # %%
 # More warps shorten the first level and lengthen the last; no lesson times
@@ -453,22 +374,11 @@ repeat = record_or_measure(
     "the same sum, run many times: how many different results",
     lambda: experiment.repeatability(WAYS, v, reference={"atomic_max": v.max()}),
 )
-columns = {"way": "impl", "runs": "runs", "different results": "distinct"}
-columns |= {"spread": ("spread", "{:.1e}"), "worst error": ("rel_err", "{:.1e}")}
-table(repeat.rows, columns, caption=repeat.caption()) if repeat else no_record()
+experiment.repeat_table(repeat)
 
 # %%
 
-got = {r["impl"]: r["distinct"] for r in (repeat.rows if repeat else [])}
-ONE = "atomic_add, one address"
-AGAIN = {  # claim: (holds, evidence), on the table's counts
-    f"{way}: {'the same' if same else 'different'} bits from run to run": (
-        got.get(way) is not None and (got.get(way) == 1) == same,
-        f"{got.get(way)} different results",
-    )
-    for way, same in (("partial sums", 1), ("atomic_max", 1), (ONE, 0))
-}
-Claims("06 reductions", repeat).check_all(AGAIN)
+Claims("06 reductions", repeat).check_all(experiment.repeat_claims(repeat))
 
 # %%
 # A maximum is exact: in whatever order the candidates arrive, the largest
@@ -491,16 +401,7 @@ for order in [torch.arange(len(parts)), *shuffled]:
     for value in parts[order]:
         acc += value
     results.add(acc.item())
-say(
-    "Eight orders of the same {p:,} partial sums gave {d} different float32 "
-    "result(s), from {lo:.9g} to {hi:.9g} (exact: {ex:.9g}).  A test that compares "
-    "two runs with ``==`` fails whenever the order changes a last bit.",
-    p=len(parts),
-    d=len(results),
-    lo=min(results),
-    hi=max(results),
-    ex=parts.double().sum().item(),
-)
+experiment.say_orders(parts, results)
 
 # %%
 # What contention costs
@@ -526,11 +427,6 @@ cont = record_or_measure(
     "sum of float32 numbers: atomics on fewer or more addresses",
     measure_contention,
 )
-# the size the record was measured at (experiment.N and BLOCK when it was made)
-sized = cont.rows[0] if cont else {"n": experiment.N, "block": experiment.BLOCK}
-n_cont, b_cont = sized["n"], sized["block"]
-programs = experiment.programs(n_cont, b_cont)
-SIZE = f"{n_cont:,} numbers, {b_cont:,} a program: {programs:,} programs"
 
 # %%
 # The runs sum another number of numbers than the sums above (the table's
@@ -538,44 +434,11 @@ SIZE = f"{n_cont:,} numbers, {b_cont:,} a program: {programs:,} programs"
 # addresses, and compare each way with the partial sums (the speed ratio, above
 # 1 where the way is faster).
 
-ref = cont.one(impl="partial sums") if cont is not None else None
-
-
-def against(r: dict) -> str:
-    vs = speedup(r, ref)
-    said = "faster than" if vs.faster else "slower than" if vs.slower else "level with"
-    return f"{said} ({vs.ratio:.2f})"
-
-
-columns = {"way": "impl", "addresses": lambda r: r["slots"] or ""}
-columns |= {"programs each": lambda r: f"{r['per_address']:,}" if r["slots"] else ""}
-columns |= {"µs": lambda r: f"{1e3 * r['median_ms']:.1f}", "GB/s": ("gbps", "{:,.0f}")}
-columns |= {"against partial sums": lambda r: "" if r is ref else against(r)}
-table(cont.rows, columns, caption=f"{SIZE}; {cont.caption()}") if cont else no_record()
+experiment.contention_table(cont)
 
 # %%
 
-slots = lambda r: r["slots"]
-spread = sorted(cont.select(impl="atomic_add"), key=slots) if cont else []
-pairs = {
-    (str(b["slots"]), str(a["slots"])): speedup(b, a)
-    for a, b in itertools.pairwise(spread)
-}
-gains = list(pairs.values())
-knee = spread[-2]["slots"] if cont else 0
-WIDER = (
-    f"Each wider spread pays up to {knee:,} addresses; the step past that gains less "
-)
-Claims("06 reductions", cont).check_all(
-    {
-        WIDER + "than the one before it, if anything": lambda: (
-            all_faster(dict(list(pairs.items())[:-1]))[0]
-            and len(gains) > 1
-            and gains[-1].high < gains[-2].low,  # the two spreads apart
-            "; ".join(c.evidence(a, b) for (a, b), c in pairs.items()),
-        )
-    }
-)
+Claims("06 reductions", cont).check_all(experiment.contention_claims(cont))
 
 # %%
 
@@ -672,30 +535,16 @@ for n in LENGTHS:
             s64 = torch.exp(x.double() - m.double()[:, None]).sum(1)
             row[name] = ((s.double() - s64).abs() / s64).max().item() / EPS
         accuracy.append(row)
-ACC = f"float32, {ROWS} rows each, blocks of {SBLOCK}; computed in this build"
-columns = {"row": "kind", "length": "n", "blocks": "blocks"}
-columns |= {f"{k} error (eps)": (k, "{:.2f}") for k in ("two-pass", "online")}
-table(accuracy, columns, caption=ACC)
+experiment.accuracy_table(accuracy, ROWS, SBLOCK)
 
 # %%
 
-MOST = 64  # eps: below the relative error a float32 check tolerates
-worst = max(max(r["two-pass"], r["online"]) for r in accuracy)
-gap = max(r["online"] - r["two-pass"] for r in accuracy)
-online_ok = Claims("06 reductions", ACC)
-text = f"Both stay within {MOST} eps of the exact sum, inside a float32 check"
-online_ok.check(text, worst < MOST, f"largest error {worst:.2f} eps")
-online_ok
+ACC = experiment.accuracy_caption(ROWS, SBLOCK)
+Claims("06 reductions", ACC).check_all(experiment.accuracy_claims(accuracy))
 
 # %%
 
-say(
-    "At most, the online error exceeds the two-pass error by {gap:.2f} eps: {what}.",
-    gap=max(gap, 0.0),
-    what="rescaling costs next to nothing"
-    if gap < 2
-    else "the rounding of each rescale's exponential adds to its error",
-)
+experiment.say_rescale_cost(accuracy)
 
 # %%
 # Why one walk matters
@@ -739,22 +588,10 @@ final.assert_ok()
 # the result is wrong; where the maximum comes first, nothing shows.
 
 stepper = OnlineSoftmaxStepper(initial={"row": "spike last", "block": 4})
-settings = stepper.settings()
-skip = [r for r in settings if r["knobs"]["rescale"] == "skip"]
-STEPPED = {  # claim: (holds, evidence), on every setting of the stepper
-    "With the rescale, every row and block length gives the true softmax": (
-        all(r["verdict"] == "ok" for r in settings if r["knobs"]["rescale"] == "on"),
-        f"{len(settings) // 2} settings",
-    ),
-    "Skipping it is wrong exactly where the maximum grows after the first block": (
-        all((r["verdict"] == "wrong") == (r["rescales"] > 0) for r in skip),
-        ", ".join(
-            f"{r['knobs']['row']}/{r['knobs']['block']}: {r['verdict']}" for r in skip
-        ),
-    ),
-}
 FLOAT64 = "every setting of the stepper, computed in float64"
-Claims("06 reductions", FLOAT64).check_all(STEPPED)
+Claims("06 reductions", FLOAT64).check_all(
+    experiment.stepper_claims(stepper.settings())
+)
 
 # %%
 

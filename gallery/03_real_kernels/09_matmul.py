@@ -32,7 +32,9 @@ The finished kernels live in the package as :func:`tilebook.matmul`
 # ----------
 # :mod:`tilebook` comes first, to pick the GPU or the interpreter before Triton
 # loads.  The interpreter has no :term:`SMs <SM>`; like the package, it
-# pretends to have four, so that a resident grid still loops.
+# pretends to have four, so that a resident grid still loops.  The tables,
+# sentences, claims and explorer settings this page makes of its records are made
+# in :mod:`tilebook.course.experiments.matmul` (``experiment`` below).
 
 import tilebook  # chooses GPU or interpreter before triton loads
 
@@ -46,14 +48,12 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from tilebook.course.aot import compile_many, instruction_table
 from tilebook.course.bench import compare, record_or_measure
 from tilebook.course.check import CorrectnessReport
-from tilebook.course.claims import Claims, speedup
+from tilebook.course.claims import Claims
 from tilebook.course.datasheet import build_fact
 from tilebook.course.experiments import linear_act as linear_experiment
 from tilebook.course.experiments import matmul as experiment
 from tilebook.ops import matmul as mm
 from tilebook.ops.epilogue import epilogue
-from tilebook.course.prose import say
-from tilebook.course.tables import table
 from tilebook.course.widgets import SweepExplorer
 
 print(tilebook.banner())
@@ -90,14 +90,7 @@ def flops_per_byte(bm: int, bn: int, elem: int = 2) -> float:
     return 2 * bm * bn / ((bm + bn) * elem)
 
 
-PEAK, BANDWIDTH = build_fact("bf16_dense"), build_fact("memory_bandwidth")
-say(
-    "A 128 x 256 tile does {tile:.0f} operations per bf16 byte it loads; the {gpu} "
-    "does {balance:.0f} in the time its memory delivers one byte.",
-    tile=flops_per_byte(128, 256),
-    gpu=PEAK.gpu,
-    balance=PEAK.si / BANDWIDTH.si,
-)
+experiment.say_balance(flops_per_byte(128, 256))
 
 # %%
 # Even a large tile loads more than HBM alone could feed: the rest must come
@@ -320,19 +313,8 @@ def described(row, sms):
 
 if sweep is not None:
     sms = sweep.provenance.get("sm_count", N_SM)
-    widget = SweepExplorer(
-        [described(r, sms) for r in sweep.rows],
-        knobs=["tile", "order"],
-        metric="tflops",
-        unit="TFLOP/s",
-        labels={"tile": "BLOCK_M x BLOCK_N"},
-        order={"tile": list(SWEEP), "order": list(ORDERS)},
-        title="matmul 8192 cubed, bf16: tile shape and program order",
-        caption=sweep.caption(),
-        initial={"tile": "128x256", "order": "grouped"},
-        extra="model",
-        note="why",
-    )
+    rows = [described(r, sms) for r in sweep.rows]
+    widget = SweepExplorer(rows, **experiment.order_explorer(sweep, SWEEP, ORDERS))
 else:
     widget = "No committed GPU record of the order sweep yet: nothing to show."
 widget
@@ -341,29 +323,10 @@ widget
 # The small tile requests the most bytes by far, and the model says grouping
 # cuts what HBM must deliver for every tile.  What the measurement says:
 
-
-def verdict(s):
-    return "faster than" if s.faster else "slower than" if s.slower else "tied with"
-
-
-claims = Claims("09 matmul", sweep)
-if sweep is not None:
-    by = {(r["tile"], r["order"]): r for r in sweep.rows}
-    for order in ORDERS:
-        slowest = min(SWEEP, key=lambda t, o=order: by[t, o]["tflops"])
-        claims.check(f"{order}: the 64x64 tiles are the slowest", slowest == "64x64")
-    found = []
-    for tile in SWEEP:
-        s = speedup(by[tile, "grouped"], by[tile, "row-major"])
-        ev = s.evidence("grouped", "row-major")
-        found.append(f"{tile}, grouped is {verdict(s)} row-major ({ev})")
-    shown = say("With {found}.", found="; with ".join(found))
-else:
-    shown = say("There is no record to read.")
-shown
+experiment.say_order(sweep, SWEEP)
 
 # %%
-claims
+Claims("09 matmul", sweep).check_all(experiment.order_claims(sweep, SWEEP, ORDERS))
 
 # %%
 # Where grouping ties, HBM was not the limit at that setting (the tensor cores
@@ -379,16 +342,7 @@ claims
 # memory (float32 doubles every tile) and gives a small problem only the first,
 # since timing the rest would cost more than it saves.
 
-tried = {
-    name: len(mm.prune_configs(mm.GPU_PTR_CONFIGS, n, n, n, elem))
-    for name, n, elem in [("big16", 8192, 2), ("big32", 8192, 4), ("small", 512, 2)]
-}
-say(
-    "Of the package's {total} pointer-kernel configurations it tries {big16} at 8192 "
-    "cubed in bf16, {big32} in float32 and {small} at 512 cubed.",
-    total=len(mm.GPU_PTR_CONFIGS),
-    **tried,
-)
+experiment.say_pruned()
 
 # %%
 # The autotuned kernel is the lesson's kernel wrapped.  This page does not run the
@@ -420,11 +374,7 @@ def grid(meta):
 
 
 tuned_kernel[grid](a, b, c, 256, 256, 256, *a.stride(), *b.stride(), *c.stride())
-say(
-    "The autotuner ran {cfg}; the product is within {err:.1e} of float64.",
-    cfg=tile_of(tuned_kernel.best_config),
-    err=((c.double() - exact).norm() / exact.norm()).item(),
-)
+experiment.say_tuned(tile_of(tuned_kernel.best_config), c, exact)
 
 # %%
 # The Hopper path: tensor descriptors and a resident grid
@@ -598,33 +548,7 @@ sizes_sweep = functools.partial(experiment.versus_cublas, SIZES)
 sizes = record_or_measure(
     "lesson09_sizes", "matmul, bf16: tilebook, cuBLAS", sizes_sweep
 )
-
-
-def against_cublas(row):
-    theirs = sizes.one(shape=row["shape"], impl="cuBLAS")
-    s = speedup(row, theirs)
-    vs_cublas = {"cublas": theirs["tflops"], "ratio": s.ratio, "low": s.low}
-    return {**row, **vs_cublas, "high": s.high, "verdict": verdict(s).split()[0]}
-
-
-if sizes is not None:
-    shown = table(
-        [against_cublas(r) for r in sizes.select(impl="tilebook")],
-        {
-            "shape": "shape",
-            "tilebook TFLOP/s": ("tflops", "{:.0f}"),
-            "cuBLAS TFLOP/s": ("cublas", "{:.0f}"),
-            "speed ratio": ("ratio", "{:.3f}x"),
-            # a non-breaking hyphen: a range cut in two reads as two numbers
-            "its spread": lambda r: f"{r['low']:.3f}\u2011{r['high']:.3f}x",
-            "tilebook": "verdict",
-            "config": "config",
-        },
-        caption=sizes.caption(),
-    )
-else:
-    shown = "No committed GPU record of this comparison yet: nothing to show."
-shown
+experiment.sizes_table(sizes)
 
 # %%
 # A row of 4093 bf16 values is 8186 bytes: rows do not start on 16-byte boundaries,
@@ -634,32 +558,10 @@ shown
 # Hopper kernel into a padded output and copies that back, all in the table's time.
 # Other GPUs (and ``TILEBOOK_ARCH=80``) run the pointer kernel on the ragged rows.
 
-claims_sizes, other_paths = Claims("09 matmul", sizes), None
-if sizes is not None:
-    hopper = str(sizes.paths).startswith("9")  # the Hopper kernel and its copies ran
-    one = functools.partial(sizes.one, shape="4095x4097x4093")
-    rg, sq = one(impl="cuBLAS"), sizes.one(shape="4096x4096x4096", impl="cuBLAS")
-    ev = f"{rg['tflops']:.0f} against {sq['tflops']:.0f} TFLOP/s"
-    half = rg["tflops"] < 0.5 * sq["tflops"]
-    claims_sizes.check("cuBLAS: the ragged shape, under half of 4096 cubed", half, ev)
-    s = speedup(one(impl="tilebook"), rg)
-    ev = s.evidence("tilebook", "cuBLAS")
-    if hopper:
-        says = "tilebook, the copies included, is faster on it"
-        claims_sizes.check(says, s.faster, ev)
-    else:
-        other_paths = say(
-            "These figures took the paths of compute capability {paths}, without the "
-            "Hopper kernel and its copies: on the ragged shape tilebook ran {how} "
-            "against cuBLAS ({ev}).",
-            paths=sizes.paths,
-            how="faster" if s.faster else "slower" if s.slower else "level",
-            ev=ev,
-        )
-claims_sizes
+Claims("09 matmul", sizes).check_all(experiment.sizes_claims(sizes))
 
 # %%
-other_paths
+experiment.say_other_paths(sizes)
 
 # %%
 # tilebook.linear_act: this kernel plus lesson 08's epilogue
@@ -678,29 +580,11 @@ def layer_sweep():
 
 layer = record_or_measure("lesson09_linear_act", "linear + GELU, bf16", layer_sweep)
 mm.set_autotune(autotuning)
-claims_layer = Claims("09 matmul", layer)
-if layer is not None:
-    fused, pair, alone = (
-        layer.one(impl=i) for i in ("tilebook", "unfused", "F.linear")
-    )
-    s1, s2 = speedup(fused, pair), speedup(fused, alone)
-    shown = say(
-        "For 8192 tokens through a 4096-to-4096 layer with GELU, tilebook.linear_act "
-        "is {v1} the unfused pair ({e1}), and {v2} ``F.linear`` with no activation "
-        "({e2}).",
-        v1=verdict(s1),
-        e1=s1.evidence("fused", "the pair"),
-        v2=verdict(s2),
-        e2=s2.evidence("fused", "F.linear"),
-    )
-    if str(layer.paths).startswith("9"):  # wgmma on both sides; elsewhere, say above
-        claims_layer.check("the fused layer is not slower than the pair", not s1.slower)
-else:
-    shown = say("There is no committed GPU record of this comparison yet.")
-shown
+experiment.say_layer(layer)
 
 # %%
-claims_layer if claims_layer.items else None
+said = experiment.layer_claims(layer)
+Claims("09 matmul", layer).check_all(said) if said else None
 
 # %%
 # Try this

@@ -39,11 +39,9 @@ import triton.language as tl
 import tilebook.ops.softmax as sm
 from tilebook.course.bench import record_or_measure
 from tilebook.course.check import CorrectnessReport
-from tilebook.course.claims import Claims, speedup
+from tilebook.course.claims import Claims
 from tilebook.course.experiments import softmax as xp
 from tilebook.course.plots import plot_record
-from tilebook.course.prose import say
-from tilebook.course.tables import table
 from tilebook.course.widgets import SweepExplorer
 
 print(tilebook.banner())
@@ -199,67 +197,13 @@ plot_record(
 # The widget at the end holds the numbers.  Where the smallest kernel falls
 # short ("faster": beyond the p20-p80 spread of both timings):
 
-
-def vs(rec, n: int, a: str, b: str, kernel: str = "forward"):
-    """How much faster ``a`` ran than ``b`` on rows of ``n`` (a Comparison)."""
-    one = rec.one
-    return speedup(one(kernel=kernel, n=n, impl=a), one(kernel=kernel, n=n, impl=b))
-
-
-def verdicts(rec, a: str, b: str, name: str, kernel: str = "forward") -> str:
-    """How ``a`` ran against ``b`` (called ``name``) at each row length, in words;
-    each verdict says, from the same comparison, where it stands to the spread."""
-    found: dict[tuple[str, str], list[str]] = {}
-    for n in rec.values("n", kernel=kernel, impl=a):
-        g = vs(rec, n, a, b, kernel)
-        v = "faster than" if g.faster else "slower than" if g.slower else "level with"
-        found.setdefault((v, "inside" if g.tied else "beyond"), []).append(str(n))
-    parts = []
-    for (v, spread), ns in found.items():
-        at = ", ".join(ns[:-1]) + " and " * (len(ns) > 1) + ns[-1]
-        who = "it" if parts else name
-        parts.append(f"{v} {who} at {at} columns ({spread} the spread)")
-    return "; ".join(parts)
-
-
 ONE_PASS = [n for n in WIDTHS if n <= FITS]  # where both keep a row in registers
-launch = {n: sm.pick_config(n) for n in ONE_PASS}
-claims = Claims("10 softmax", fwd)
-for n in (SHORT, FITS):
-    g = vs(fwd, n, "tilebook", ONE_ROW)
-    text = f"At {n} columns, one row a program is slower than tilebook"
-    claims.check(text, g.faster, g.evidence("tilebook", ONE_ROW))
-short, fits = launch[SHORT], launch[FITS]
-claims.check(
-    f"There tilebook runs a tile of rows at {SHORT} columns and more warps at {FITS}",
-    short.block_m > 1 and fits.block_m == 1 and fits.num_warps > ROW_WARPS,
-    f"{short.block_m} rows a program at {SHORT}; {fits.num_warps} warps at {FITS}",
-)
-claims
+said = xp.launch_claims(fwd, SHORT, FITS, ROW_WARPS, ONE_ROW)
+Claims("10 softmax", fwd).check_all(said)
 
 # %%
 
-against = {n: vs(fwd, n, "tilebook", ONE_ROW) for n in ONE_PASS}
-word = lambda c: "faster" if c.faster else "slower" if c.slower else "level"
-pays = [str(n) for n in ONE_PASS if against[n].faster]
-say(
-    "Against the kernel above (one row a program on {w} warps), the package's launch "
-    "runs {each}.  It pays at {pays}{rest}.",
-    w=ROW_WARPS,
-    each="; ".join(
-        f"{launch[n].block_m} row{'s' * (launch[n].block_m > 1)} a program on "
-        f"{launch[n].num_warps} warps at {n} "
-        f"columns, {word(against[n])} ({against[n].ratio:.2f} times the speed)"
-        for n in ONE_PASS
-    ),
-    pays=f"{' and '.join(pays)} columns" if pays else "no length",
-    rest="".join(
-        f"; at {n} it is {word(against[n])}: the table's launch "
-        f"{'loses' if against[n].slower else 'buys nothing'} there on this GPU"
-        for n in ONE_PASS
-        if not against[n].faster
-    ),
-)
+xp.say_launch(fwd, ONE_PASS, ROW_WARPS, ONE_ROW)
 
 # %%
 # Where the package's launch pays, it cures one of two failures.  Short rows: a
@@ -310,11 +254,7 @@ for r in bins.rows:
     r["fit"], r["limit"] = programs_per_sm(
         r["registers"], r["shared_bytes"], r["num_warps"], r
     )
-columns = {"kernel": "impl", "columns": "n", "warps": "num_warps"}
-columns |= {"registers": "registers", "spilled": "spills", "shared": "shared_bytes"}
-columns |= {"per SM": "fit", "limited by": "limit"}
-note = "registers and spilled values a thread, shared bytes a program"
-table(bins.rows, columns, caption=f"{note}; {bins.caption()}")
+xp.binaries_table(bins)
 
 # %%
 # A thread may have :datasheet:`cuda.max_registers`, and an SM has
@@ -323,16 +263,7 @@ table(bins.rows, columns, caption=f"{note}; {bins.caption()}")
 # So the package gives long rows more warps, and short rows a tile of several
 # (the widget's notes give its choice for every length; the backward its own):
 
-claims = Claims("10 softmax", bins)
-for impl, n, what, spills in (
-    (ONE_ROW, FITS, "on Triton's default warps spills", True),
-    ("tilebook", FITS, "on the package's warps does not spill", False),
-    (SINGLE, LONG, "spills even on the most warps a program may have", True),
-):
-    r = bins.one(impl=impl, n=n)
-    text = f"A row of {n} {what}"
-    claims.check(text, (r["spills"] > 0) == spills, f"{r['spills']} values a thread")
-claims
+Claims("10 softmax", bins).check_all(xp.spill_claims(bins, ONE_ROW, SINGLE, FITS, LONG))
 
 # %%
 # The package's kernel
@@ -466,16 +397,8 @@ def softmax_online(x: torch.Tensor, chunk: int) -> torch.Tensor:
 # *backwards*, from the chunks read last, the likeliest still in L2.  Does it
 # pay?  The measured ``online always`` and ``single pass always`` rows say:
 
-claims = Claims("10 softmax", fwd)
-for n in (SHORT, MID, FITS):  # at FITS the two can meet (on some GPUs they do)
-    g = vs(fwd, n, "tilebook", ONLINE)
-    word, holds = ("no slower", not g.slower) if n == FITS else ("faster", g.faster)
-    text = f"At {n} columns, the single pass is {word} than the online kernel"
-    claims.check(text, holds, g.evidence("single pass", "online"))
-g = vs(fwd, LONG, "tilebook", SINGLE)
-text = f"At {LONG} columns, the online kernel is faster than a single pass"
-claims.check(text, g.faster, g.evidence("online", "single pass"))
-claims
+said = xp.online_claims(fwd, (SHORT, MID, LONG), FITS, ONLINE, SINGLE)
+Claims("10 softmax", fwd).check_all(said)
 
 # %%
 # The backward pass
@@ -565,22 +488,15 @@ bwd = record_or_measure(
     "softmax backward, bfloat16, 256 MiB per tensor: GB/s by row length",
     lambda: xp.backward(xp.shapes([MID, FITS])),
 )
-columns = {"columns": "n", "implementation": "impl", "GB/s": ("gbps", "{:,.0f}")}
-table(bwd.rows, columns, caption=bwd.caption())
+xp.backward_table(bwd)
 
 # %%
 
-claims = Claims("10 softmax", bwd)
-for n in (MID, FITS):
-    g = vs(bwd, n, "tilebook", "torch", "backward")
-    text = f"At {n} columns, tilebook's backward is faster than PyTorch's"
-    claims.check(text, g.faster, g.evidence("tilebook", "torch"))
-claims
+Claims("10 softmax", bwd).check_all(xp.backward_claims(bwd, (MID, FITS)))
 
 # %%
 
-v = verdicts(bwd, "tilebook", "torch.compile", "Inductor's", "backward")
-say("tilebook's backward runs {v}.", v=v)
+xp.say_backward(bwd)
 
 # %%
 # A persistent grid sized from occupancy
@@ -610,17 +526,11 @@ def launch_rows() -> list[dict]:
 
 
 runs = record_or_measure("lesson10_launches", "softmax forward launches", launch_rows)
-columns = {"columns": "n", "launch": "impl", "programs": "programs"}
-columns |= {"evict": lambda r: r["evict"] or "none", "GB/s": ("gbps", "{:,.0f}")}
-table(runs.rows, columns, caption=runs.caption())
+xp.launches_table(runs)
 
 # %%
 
-say(
-    "The persistent grid runs {p}.  Without the eviction hint the kernel runs {h}.",
-    p=verdicts(runs, PERSISTENT, TILE, "the package's choice (a program a tile)"),
-    h=verdicts(runs, NO_HINT, TILE, "the package's choice"),
-)
+xp.say_launches(runs, PERSISTENT, NO_HINT, TILE)
 
 # %%
 # The package measures nothing when called:
@@ -632,25 +542,11 @@ say(
 # is the lesson, not the verdict: size the grid from the compiled kernel,
 # measure both on each GPU and Triton.  The whole forward against PyTorch:
 
-claims = Claims("10 softmax", fwd)
-g = {n: vs(fwd, n, "tilebook", "torch") for n in WIDTHS}
-text = "tilebook's forward is faster than torch.softmax at every row length"
-ev = "; ".join(f"at {n}, {c.evidence('tilebook', 'torch')}" for n, c in g.items())
-claims.check(text, all(c.faster for c in g.values()), ev)
-for n in (MID, FITS):
-    g = vs(fwd, n, "tilebook", "torch.compile")
-    text = f"At {n} columns, tilebook's forward is faster than torch.compile's"
-    claims.check(text, g.faster, g.evidence("tilebook", "torch.compile"))
-claims
+Claims("10 softmax", fwd).check_all(xp.versus_claims(fwd, WIDTHS, (MID, FITS)))
 
 # %%
 
-say(
-    "tilebook's forward runs {v}, and at its best it moves {best:.0%} of "
-    "the copy bandwidth.",
-    v=verdicts(fwd, "tilebook", "torch.compile", "Inductor's"),
-    best=max(fwd.values("gbps", impl="tilebook")) / copy,
-)
+xp.say_forward(fwd)
 
 # %%
 # All of it at once
@@ -685,20 +581,7 @@ cells += [
     r | {"impl": SINGLE if r["n"] <= FITS else ONLINE, "note": own}
     for r in fwd.select(impl="tilebook")
 ]
-SweepExplorer(
-    cells,
-    knobs=["impl", "n"],
-    metric="gbps",
-    unit="GB/s",
-    labels={"n": "row length", "impl": "implementation"},
-    order={"impl": IMPLS},
-    title="softmax forward: row length and implementation against bandwidth",
-    caption=fwd.caption(),
-    ceiling=copy,
-    ceiling_label="the 1 GiB copy",
-    slow_fraction=0.5,
-    note="note",
-)
+SweepExplorer(cells, **xp.explorer_setup(fwd, IMPLS))
 
 # %%
 # Try this

@@ -13,6 +13,11 @@ The baselines are ``torch.softmax`` (PyTorch's fused CUDA kernel), the same call
 through ``torch.compile`` (Inductor writes a Triton kernel for each shape) and,
 for the backward, ``torch.ops.aten._softmax_backward_data``, the kernel autograd
 calls.  GPU only, like every module of :mod:`tilebook.course.experiments`.
+
+Below them, what lesson 10 says of its records, on any machine: the comparisons
+(:func:`vs`, :func:`verdicts`), the tables (``*_table``), the claims (``*_claims``,
+for :meth:`tilebook.course.claims.Claims.check_all`), the sentences (``say_*``) and
+its explorer's settings, so that the lesson shows each in one line.
 """
 
 from __future__ import annotations
@@ -26,22 +31,40 @@ import triton
 from ...ops import softmax as sm
 from ..bench import compare
 from ..check import default_tolerance
+from ..claims import speedup
+from ..prose import say
+from ..tables import table
 
 __all__ = [
     "DTYPE",
     "ELEMENTS",
     "backward",
+    "backward_claims",
+    "backward_table",
+    "binaries_table",
     "binary",
     "check",
     "compiled",
+    "explorer_setup",
     "forward",
     "inputs",
+    "launch_claims",
     "launches",
+    "launches_table",
+    "online_claims",
     "programs",
     "resources",
+    "say_backward",
+    "say_forward",
+    "say_launch",
+    "say_launches",
     "shapes",
     "sm_limits",
+    "spill_claims",
     "torch_backward",
+    "verdicts",
+    "versus_claims",
+    "vs",
 ]
 
 #: The dtype every measurement uses.
@@ -260,4 +283,208 @@ def resources(compiled_kernel) -> dict[str, int]:
         "spills": int(k.n_spills),
         "shared_bytes": int(k.metadata.shared),
         "num_warps": int(k.metadata.num_warps),
+    }
+
+
+# What lesson 10 says of its records.  ``rec`` is a record of rows with ``kernel``,
+# ``n`` and ``impl``; ``fwd`` the forward's, ``bwd`` the backward's.  Lesson 10
+# names its own rows: ``one_row`` (its smallest kernel), ``online`` and ``single``
+# (the package's two kernels, each run where the package runs the other).
+
+
+def vs(rec: Any, n: int, a: str, b: str, kernel: str = "forward") -> Any:
+    """How much faster ``a`` ran than ``b`` on rows of ``n`` (a Comparison)."""
+    one = rec.one
+    return speedup(one(kernel=kernel, n=n, impl=a), one(kernel=kernel, n=n, impl=b))
+
+
+def verdicts(rec: Any, a: str, b: str, name: str, kernel: str = "forward") -> str:
+    """How ``a`` ran against ``b`` (called ``name``) at each row length, in words;
+    each verdict says, from the same comparison, where it stands to the spread."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for n in rec.values("n", kernel=kernel, impl=a):
+        g = vs(rec, n, a, b, kernel)
+        v = "faster than" if g.faster else "slower than" if g.slower else "level with"
+        found.setdefault((v, "inside" if g.tied else "beyond"), []).append(str(n))
+    parts = []
+    for (v, spread), ns in found.items():
+        at = ", ".join(ns[:-1]) + " and " * (len(ns) > 1) + ns[-1]
+        who = "it" if parts else name
+        parts.append(f"{v} {who} at {at} columns ({spread} the spread)")
+    return "; ".join(parts)
+
+
+def _word(c: Any) -> str:
+    return "faster" if c.faster else "slower" if c.slower else "level"
+
+
+def launch_claims(fwd: Any, short: int, fits: int, row_warps: int, one_row: str) -> dict:
+    """Where one row a program falls short of the package's launch, and what that
+    launch is there."""
+    said = {}
+    for n in (short, fits):
+        g = vs(fwd, n, "tilebook", one_row)
+        said[f"At {n} columns, one row a program is slower than tilebook"] = (
+            g.faster,
+            g.evidence("tilebook", one_row),
+        )
+    s, f = sm.pick_config(short), sm.pick_config(fits)
+    said[f"There tilebook runs a tile of rows at {short} columns and more warps at {fits}"] = (
+        s.block_m > 1 and f.block_m == 1 and f.num_warps > row_warps,
+        f"{s.block_m} rows a program at {short}; {f.num_warps} warps at {fits}",
+    )
+    return said
+
+
+def say_launch(fwd: Any, one_pass: Sequence[int], row_warps: int, one_row: str) -> Any:
+    """The package's launch against one row a program, at each length kept in
+    registers."""
+    launch = {n: sm.pick_config(n) for n in one_pass}
+    against = {n: vs(fwd, n, "tilebook", one_row) for n in one_pass}
+    pays = [str(n) for n in one_pass if against[n].faster]
+    return say(
+        "Against the kernel above (one row a program on {w} warps), the package's launch "
+        "runs {each}.  It pays at {pays}{rest}.",
+        w=row_warps,
+        each="; ".join(
+            f"{launch[n].block_m} row{'s' * (launch[n].block_m > 1)} a program on "
+            f"{launch[n].num_warps} warps at {n} "
+            f"columns, {_word(against[n])} ({against[n].ratio:.2f} times the speed)"
+            for n in one_pass
+        ),
+        pays=f"{' and '.join(pays)} columns" if pays else "no length",
+        rest="".join(
+            f"; at {n} it is {_word(against[n])}: the table's launch "
+            f"{'loses' if against[n].slower else 'buys nothing'} there on this GPU"
+            for n in one_pass
+            if not against[n].faster
+        ),
+    )
+
+
+def binaries_table(bins: Any) -> Any:
+    """What the compiler made of each kernel, and how many programs fit on an SM."""
+    columns = {"kernel": "impl", "columns": "n", "warps": "num_warps"}
+    columns |= {"registers": "registers", "spilled": "spills", "shared": "shared_bytes"}
+    columns |= {"per SM": "fit", "limited by": "limit"}
+    note = "registers and spilled values a thread, shared bytes a program"
+    return table(bins.rows, columns, caption=f"{note}; {bins.caption()}")
+
+
+def spill_claims(bins: Any, one_row: str, single: str, fits: int, long: int) -> dict:
+    """Which binaries spill, on the table of binaries."""
+    said = {}
+    for impl, n, what, spills in (
+        (one_row, fits, "on Triton's default warps spills", True),
+        ("tilebook", fits, "on the package's warps does not spill", False),
+        (single, long, "spills even on the most warps a program may have", True),
+    ):
+        r = bins.one(impl=impl, n=n)
+        said[f"A row of {n} {what}"] = (
+            (r["spills"] > 0) == spills,
+            f"{r['spills']} values a thread",
+        )
+    return said
+
+
+def online_claims(fwd: Any, widths: Sequence[int], fits: int, online: str, single: str) -> dict:
+    """Where the single pass beats the online kernel, and where the online wins:
+    ``widths`` are the short, middle and long lengths."""
+    short, mid, long = widths
+    said = {}
+    for n in (short, mid, fits):  # at fits the two can meet (on some GPUs they do)
+        g = vs(fwd, n, "tilebook", online)
+        word, holds = ("no slower", not g.slower) if n == fits else ("faster", g.faster)
+        said[f"At {n} columns, the single pass is {word} than the online kernel"] = (
+            holds,
+            g.evidence("single pass", "online"),
+        )
+    g = vs(fwd, long, "tilebook", single)
+    said[f"At {long} columns, the online kernel is faster than a single pass"] = (
+        g.faster,
+        g.evidence("online", "single pass"),
+    )
+    return said
+
+
+def backward_table(bwd: Any) -> Any:
+    columns = {"columns": "n", "implementation": "impl", "GB/s": ("gbps", "{:,.0f}")}
+    return table(bwd.rows, columns, caption=bwd.caption())
+
+
+def backward_claims(bwd: Any, widths: Sequence[int]) -> dict:
+    said = {}
+    for n in widths:
+        g = vs(bwd, n, "tilebook", "torch", "backward")
+        said[f"At {n} columns, tilebook's backward is faster than PyTorch's"] = (
+            g.faster,
+            g.evidence("tilebook", "torch"),
+        )
+    return said
+
+
+def say_backward(bwd: Any) -> Any:
+    v = verdicts(bwd, "tilebook", "torch.compile", "Inductor's", "backward")
+    return say("tilebook's backward runs {v}.", v=v)
+
+
+def launches_table(runs: Any) -> Any:
+    columns = {"columns": "n", "launch": "impl", "programs": "programs"}
+    columns |= {"evict": lambda r: r["evict"] or "none", "GB/s": ("gbps", "{:,.0f}")}
+    return table(runs.rows, columns, caption=runs.caption())
+
+
+def say_launches(runs: Any, persistent: str, no_hint: str, tile: str) -> Any:
+    """The persistent grid and the launch without the eviction hint, against a
+    program a tile (the package's choice)."""
+    return say(
+        "The persistent grid runs {p}.  Without the eviction hint the kernel runs {h}.",
+        p=verdicts(runs, persistent, tile, "the package's choice (a program a tile)"),
+        h=verdicts(runs, no_hint, tile, "the package's choice"),
+    )
+
+
+def versus_claims(fwd: Any, widths: Sequence[int], against_inductor: Sequence[int]) -> dict:
+    """tilebook's forward against torch.softmax at every length, and against
+    torch.compile's at ``against_inductor``."""
+    g = {n: vs(fwd, n, "tilebook", "torch") for n in widths}
+    ev = "; ".join(f"at {n}, {c.evidence('tilebook', 'torch')}" for n, c in g.items())
+    said = {
+        "tilebook's forward is faster than torch.softmax at every row length": (
+            all(c.faster for c in g.values()),
+            ev,
+        )
+    }
+    for n in against_inductor:
+        c = vs(fwd, n, "tilebook", "torch.compile")
+        said[f"At {n} columns, tilebook's forward is faster than torch.compile's"] = (
+            c.faster,
+            c.evidence("tilebook", "torch.compile"),
+        )
+    return said
+
+
+def say_forward(fwd: Any) -> Any:
+    return say(
+        "tilebook's forward runs {v}, and at its best it moves {best:.0%} of the copy bandwidth.",
+        v=verdicts(fwd, "tilebook", "torch.compile", "Inductor's"),
+        best=max(fwd.values("gbps", impl="tilebook")) / fwd.provenance["copy_gbps"],
+    )
+
+
+def explorer_setup(fwd: Any, impls: Sequence[str]) -> dict[str, Any]:
+    """The forward explorer's :class:`~tilebook.course.widgets.SweepExplorer`
+    settings, but its cells."""
+    return {
+        "knobs": ["impl", "n"],
+        "metric": "gbps",
+        "unit": "GB/s",
+        "labels": {"n": "row length", "impl": "implementation"},
+        "order": {"impl": list(impls)},
+        "title": "softmax forward: row length and implementation against bandwidth",
+        "caption": fwd.caption(),
+        "ceiling": fwd.provenance["copy_gbps"],
+        "ceiling_label": "the 1 GiB copy",
+        "slow_fraction": 0.5,
+        "note": "note",
     }
