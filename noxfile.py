@@ -180,8 +180,9 @@ def tests(session: nox.Session) -> None:
     """Run the test suite (CPU: Triton's interpreter; GPU tests run when a GPU is present)."""
     _environment(session, needs=("docs", "tests"))
     # On every core by default (pytest-xdist), with the site built once in the
-    # background beside them (tests/conftest.py).  Arguments given after -- replace these.
-    args = session.posargs or ["-n", "auto"]
+    # background beside them (tests/conftest.py); the 30 slowest tests are listed at the
+    # end, to keep CI's time in view.  Arguments given after -- replace these.
+    args = session.posargs or ["-n", "auto", "--durations=30"]
     session.run(_bin("python"), "-m", "pytest", *args, external=True)
 
 
