@@ -25,6 +25,7 @@ ARCHS = (75, 80)
 NOT_LAUNCHED_ON_CPU = {
     ("02_programs_and_grid", "scale_kernel"): "GPU timings only; a CPU reads their record",
     ("03_python_to_ptx", "scale_kernel_no_mask"): "the checker runs it in a child process",
+    ("05_dot_and_tensor_cores", "repeat_dot_kernel"): "GPU timings only; a CPU reads their record",
     ("11_rms_norm", "bwd_kernel_bf16"): "bf16 sweep: the interpreter gets bf16 wrong",
 }
 

@@ -96,6 +96,7 @@ class FlashAttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, document_ids, scale, plan):
+        """``o`` (B, H, Nq, D); keeps q, k, v, o, the row statistics and the plan."""
         if _compiling():
             o, lse = flash_attention_op(q, k, v, document_ids, scale, *plan)
         else:
@@ -107,6 +108,7 @@ class FlashAttentionFunction(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, do):
+        """``(dq, dk, dv)``: dK and dV summed over the query heads of a group."""
         q, k, v, o, lse, document_ids = ctx.saved_tensors
         if _compiling():
             grads = flash_attention_backward_op(do, q, k, v, o, lse, document_ids, ctx.scale,

@@ -510,7 +510,7 @@ def compile_jobs(arch: int = 90, dtype: torch.dtype | None = None) -> dict[str, 
     """The six kernels as jobs of :func:`tilebook.course.aot.compile_many` for ``sm_<arch>``,
     configured as the launchers configure them, with a weight and a bias: rows of 4096
     (whole rows), of 16384 (the chunked backward) and of 65536 (the chunked forward)."""
-    return norms.compile_jobs(
+    return norms.norm_compile_jobs(
         arch, dtype, lambda x, w: _op_forward(x, w, w, 1e-5),
         lambda x, w, stats: _op_backward(x, x, w, stats, True, True), 2,
         ((64, 4096, True, True), (8, 16384, False, True), (8, 65536, True, False)),

@@ -1,14 +1,14 @@
 """The plans of :mod:`tilebook.ops.matmul`'s products: what one kind of call launches.
 
-A small product takes about as long on the GPU as a Python call through the
-autotuner and Triton's JIT takes on the host (a 2048-cubed bf16 product: about 29 us
-on an H100).  So each kind of call is planned once (:class:`Product`, kept in
+A product of a few thousand rows a side can take about as long on the GPU as a Python
+call through the autotuner and Triton's JIT takes on the host (``benchmarks/host_overhead.py``
+measures both).  So each kind of call is planned once (:class:`Product`, kept in
 :data:`tilebook._launch.PLANS` under the call's key, :func:`tilebook._launch.call_key`):
 the plan picks the kernel (the Hopper one of :mod:`tilebook.ops.matmul_hopper` where
 the operands allow it, else the pointer one of :mod:`tilebook.ops.matmul_kernels`);
 its first call autotunes (or finds the pick that Triton's autotuner keeps), the second
 launches the pick through :func:`tilebook._launch.launch`, and later ones start the
-compiled kernel directly (host time against GPU time: ``benchmarks/host_overhead.py``).
+compiled kernel directly.
 """
 
 from __future__ import annotations

@@ -504,7 +504,7 @@ def define_ops(name: str, forward, backward, kernels: tuple) -> tuple:
             library.define(f"{name}_backward", backward, kernels=kernels))  # fmt: skip
 
 
-def compile_jobs(arch: int, dtype, fwd, bwd, stats: int, sizes: tuple) -> dict[str, dict]:
+def norm_compile_jobs(arch: int, dtype, fwd, bwd, stats: int, sizes: tuple) -> dict[str, dict]:
     """The jobs of :func:`tilebook.course.aot.compile_many` for a norm's operator bodies
     ``fwd(x, w)`` and ``bwd(x, w, statistics)`` on meta tensors of ``dtype`` (None: the
     arch's default), at ``sizes``: ``(rows, columns, forward?, backward?)``."""

@@ -424,7 +424,7 @@ def compile_jobs(arch: int = 90, dtype: torch.dtype | None = None) -> dict[str, 
     """The five kernels as jobs of :func:`tilebook.course.aot.compile_many` for ``sm_<arch>``,
     configured as the launchers configure them: rows of 4096 (whole rows in
     registers) and of 65536 (the chunked kernels)."""
-    return norms.compile_jobs(
+    return norms.norm_compile_jobs(
         arch, dtype, lambda x, w: _op_forward(x, w, 1e-6),
         lambda x, w, rstd: _op_backward(x, x, w, rstd), 1,
         ((64, 4096, True, True), (8, 65536, True, True)),
