@@ -156,8 +156,8 @@ report.assert_ok()
 # ---------------
 # Lesson 03 compiled kernels ahead of time for GPUs the machine does not have.
 # One :func:`~tilebook.course.aot.compile_many` call compiles ``tile_dot_kernel`` for
-# Turing (``sm_75``, a T4's), Ampere (``sm_80``, an A100's) and Hopper
-# (``sm_90``, an H100's or H200's), for each kind of input on Hopper, and there
+# the compile targets Turing (``sm_75``), Ampere (``sm_80``) and Hopper
+# (``sm_90``), for each kind of input on Hopper, and there
 # for a few tiles and warp counts.  A
 # setting is named ``inputs -> accumulator``; the table shows the :term:`SASS`
 # instruction the dot became, how many times it appears in the SASS
