@@ -37,29 +37,35 @@ def graph_us(fn, calls: int = 20, replays: int = 15) -> float:
     """GPU microseconds per call of ``fn``: ``calls`` calls captured in one CUDA graph,
     the graph replayed ``replays`` times, the median replay over ``calls``.
 
-    This is ``triton.testing.do_bench_cudagraph``'s method with a fixed, short graph:
-    on the H200 (torch 2.11, Triton 3.6) its capture of some 400 unrolled calls of a
-    row op failed ("operation failed due to a previous error during capture") and left
-    the process unusable, while captures of a few calls of the same op held."""
+    This is ``triton.testing.do_bench_cudagraph``'s method, with one difference that
+    backward passes need: the graph is captured on the *current* stream, not on a
+    stream of its own.  Autograd runs a backward on the stream its forward ran on; a
+    forward recorded outside the capture on another stream sends the backward's
+    kernels to that stream, which invalidates the capture ("operation failed due to a
+    previous error during capture", and the process is unusable after it:
+    ``benchmarks/capture_probe.py`` found it on an H100, 2026-12-07).  So the caller
+    runs the forward and this capture on one stream (:func:`_child` does)."""
     import torch
 
-    with torch.cuda.stream(torch.cuda.Stream()):
-        fn()
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(calls):
-                fn()
+    stream = torch.cuda.current_stream()
+    if stream == torch.cuda.default_stream():
+        raise RuntimeError("graph_us: run on a side stream (capture cannot use the default)")
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
         graph.replay()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(replays):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) * 1e3 / calls)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / calls)
     return statistics.median(times)
 
 
@@ -98,32 +104,10 @@ def _child(ops: str) -> None:
         return lambda: tilebook.dropout(x, 0.1, seed=1)
 
     out = {}
-    for name, hiddens in ROW_OPS.items():
-        if name not in only:
-            continue
-        for n in hiddens:
-            rows = ELEMENTS // n
-            x = torch.randn(rows, n, device=dev, dtype=bf)
-            w = (1 + 0.1 * torch.randn(n, device=dev)).to(bf)
-            b = (0.1 * torch.randn(n, device=dev)).to(bf)
-            out[f"{name} fwd {rows}x{n}"] = gpu_us(op_call(name, x, w, b))
-            xg, wg, bg = (t.clone().requires_grad_() for t in (x, w, b))
-            y = op_call(name, xg, wg, bg)()
-            dy = torch.randn_like(y)
-            ins = [t for t in (xg, wg, bg) if name in ("rms_norm", "layer_norm") or t is xg]
-            ins = ins[:2] if name == "rms_norm" else ins
-
-            def bwd(y=y, ins=ins, dy=dy):
-                return torch.autograd.grad(y, ins, dy, retain_graph=True)
-
-            out[f"{name} bwd {rows}x{n}"] = gpu_us(bwd)
-            del x, w, b, xg, wg, bg, y, dy
-            torch.cuda.empty_cache()
-    if "other" in only:
-        v = torch.randn(ELEMENTS, device=dev)
-        out[f"vector_add {ELEMENTS}"] = gpu_us(lambda: tilebook.vector_add(v, v))
-        m = torch.randn(2048, 2048, device=dev, dtype=bf)
-        out["matmul 2048^3"] = gpu_us(lambda: tilebook.matmul(m, m))
+    side = torch.cuda.Stream()  # every forward and every capture on this one stream
+    with torch.cuda.stream(side):
+        _graph_figures(only, out, gpu_us, op_call)
+    torch.cuda.synchronize()
     # Host time of one eager call on a small input (16 x 1024 bf16).
     x = torch.randn(16, 1024, device=dev, dtype=bf)
     w, b = torch.randn(1024, device=dev, dtype=bf), torch.randn(1024, device=dev, dtype=bf)
@@ -165,6 +149,42 @@ def _child(ops: str) -> None:
     print(json.dumps({"banner": tilebook.banner(), "file": tilebook.__file__, "us": out}))
 
 
+def _graph_figures(only, out, gpu_us, op_call) -> None:
+    """GPU time of each op's forward and backward, and of vector_add and matmul, into
+    ``out`` (run on a side stream: see :func:`graph_us`)."""
+    import torch
+
+    import tilebook
+
+    bf, dev = torch.bfloat16, "cuda"
+    for name, hiddens in ROW_OPS.items():
+        if name not in only:
+            continue
+        for n in hiddens:
+            rows = ELEMENTS // n
+            x = torch.randn(rows, n, device=dev, dtype=bf)
+            w = (1 + 0.1 * torch.randn(n, device=dev)).to(bf)
+            b = (0.1 * torch.randn(n, device=dev)).to(bf)
+            out[f"{name} fwd {rows}x{n}"] = gpu_us(op_call(name, x, w, b))
+            xg, wg, bg = (t.clone().requires_grad_() for t in (x, w, b))
+            y = op_call(name, xg, wg, bg)()
+            dy = torch.randn_like(y)
+            ins = [t for t in (xg, wg, bg) if name in ("rms_norm", "layer_norm") or t is xg]
+            ins = ins[:2] if name == "rms_norm" else ins
+
+            def bwd(y=y, ins=ins, dy=dy):
+                return torch.autograd.grad(y, ins, dy, retain_graph=True)
+
+            out[f"{name} bwd {rows}x{n}"] = gpu_us(bwd)
+            del x, w, b, xg, wg, bg, y, dy
+            torch.cuda.empty_cache()
+    if "other" in only:
+        v = torch.randn(ELEMENTS, device=dev)
+        out[f"vector_add {ELEMENTS}"] = gpu_us(lambda: tilebook.vector_add(v, v))
+        m = torch.randn(2048, 2048, device=dev, dtype=bf)
+        out["matmul 2048^3"] = gpu_us(lambda: tilebook.matmul(m, m))
+
+
 def _liger() -> dict:
     """Liger-Kernel's forward per op, where its wheel is importable (its own API)."""
     try:
@@ -182,7 +202,9 @@ def _liger() -> dict:
 
 def _run(tree: Path, ops: str) -> dict:
     """One child's figures; a child that fails reports its error and gives none."""
-    env = dict(os.environ, PYTHONPATH=str(tree / "src"))
+    # The tree's src goes first; what was on the path (Liger-Kernel's wheel) stays.
+    path = os.pathsep.join(p for p in (str(tree / "src"), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, PYTHONPATH=path)
     proc = subprocess.run([sys.executable, __file__, "--child", ops], env=env,
                           capture_output=True, text=True, check=False)  # fmt: skip
     if proc.returncode:

@@ -250,3 +250,56 @@ def test_matmul_in_a_fresh_thread():
     ref = a.double() @ b.double()
     for o in out:
         assert ((o.double() - ref).norm() / ref.norm()).item() < 1.6e-2
+
+
+@pytest.mark.gpu
+def test_repeat_launches_call_a_launch_hook():
+    """A profiler's launch hook sees the repeat launches, which otherwise skip
+    Triton's runner (tilebook._launch._direct)."""
+    knobs = pytest.importorskip("triton.knobs")
+    x = torch.randn(16, 1024, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        tilebook.softmax(x)
+    seen = []
+    chain = knobs.runtime.launch_enter_hook  # a HookChain in later Tritons, else None
+
+    def hook(metadata):
+        seen.append(metadata.get()["name"])
+
+    if chain is None:
+        knobs.runtime.launch_enter_hook = hook
+    else:
+        chain.add(hook)
+    try:
+        tilebook.softmax(x)
+        tilebook.softmax(x)
+    finally:
+        if chain is None:
+            knobs.runtime.launch_enter_hook = None
+        else:
+            chain.remove(hook)
+    assert seen == ["softmax_fwd_kernel"] * 2
+    tilebook.softmax(x)  # no hook: the direct route again
+    assert len(seen) == 2
+
+
+@pytest.mark.gpu
+def test_repeat_launches_run_on_the_current_stream():
+    """A repeat launch goes to the caller's stream: captured into a CUDA graph on a
+    side stream, its replay computes from the graph's input as it is at replay."""
+    x = torch.randn(64, 1000, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(1000, device="cuda", dtype=torch.bfloat16)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            tilebook.rms_norm(x, w), tilebook.softmax(x)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=side):
+            y, s = tilebook.rms_norm(x, w), tilebook.softmax(x)
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    ref_y = torch.nn.functional.rms_norm(x.double(), (1000,), w.double(), 1e-6)
+    ref_s = torch.softmax(x.double(), -1)
+    assert ((y.double() - ref_y).norm() / ref_y.norm()).item() < 1.6e-2
+    assert ((s.double() - ref_s).norm() / ref_s.norm()).item() < 1.6e-2

@@ -6,7 +6,9 @@ cache) before it reaches the compiled kernel.  For a memory-bound kernel that
 finishes in 20-100 us, that host time decides the speed.  Triton's own API has the
 cheaper route: the launch returns the :class:`~triton.compiler.CompiledKernel`, and
 ``compiled[grid](*args)`` starts that binary again with new arguments, skipping the
-binding and the key (launch hooks, for profilers, still run).
+binding and the key.  tilebook goes one step further and calls that runner's own
+launcher with the current stream, as the runner does when no launch hook (a
+profiler) is set (:func:`_direct`; while one is set, the runner runs).
 
 The one entry is :func:`launch`: it launches once, under :func:`device_guard` of
 its tensors' GPU, and returns a :class:`Launched` that starts the same binary again
@@ -215,6 +217,45 @@ def _bound(kernel, args: tuple, meta: dict) -> tuple | None:
     return tuple(tail)
 
 
+try:  # Triton's launch hooks (for profilers) live in triton.knobs since Triton 3.4
+    from triton import knobs as _knobs
+except ImportError:  # pragma: no cover - depends on the installed Triton
+    _knobs = None
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _quiet(hook) -> bool:
+    """Whether a launch hook of ``triton.knobs.runtime`` calls nothing: None (up to
+    Triton 3.6 or so) or an empty ``HookChain`` (later ones)."""
+    return hook is None or getattr(hook, "calls", None) == []
+
+
+def _direct(compiled, runner, grid: tuple, index: int):
+    """``runner`` (``compiled[grid]``) without its own host work where it does none.
+
+    Triton's runner asks torch for the current device and its stream, and builds
+    launch metadata for hooks, on every call, then calls the compiled kernel's
+    launcher.  :class:`Launched` has already made sure the current device is
+    ``index``, so this asks only for the stream and calls the launcher with no
+    metadata; while a launch hook is set (a profiler listens) it takes the runner.
+    Where this Triton's compiled kernel lacks the pieces, the runner as it is."""
+    hooks = getattr(_knobs, "runtime", None)
+    parts = [getattr(compiled, name, None) for name in ("run", "function", "packed_metadata")]
+    if hooks is None or _raw_stream is None or None in parts or not callable(parts[0]):
+        return runner
+    launcher, function, packed = parts
+    g0, g1, g2 = grid
+    stream = _raw_stream
+
+    def run(*args):
+        if _quiet(hooks.launch_enter_hook) and _quiet(hooks.launch_exit_hook):
+            launcher(g0, g1, g2, stream(index), function, packed, None, None, None, *args)
+        else:
+            runner(*args)
+
+    return run
+
+
 def _relauncher(kernel, compiled, grid: tuple, args: tuple, meta: dict, index: int):
     """A :class:`Launched` for ``compiled`` (what ``kernel[grid](...)`` returned), or
     None where this Triton's compiled kernel cannot be started through ``[grid]``."""
@@ -224,10 +265,13 @@ def _relauncher(kernel, compiled, grid: tuple, args: tuple, meta: dict, index: i
     try:
         if hasattr(compiled, "result"):  # compilation may be asynchronous
             compiled = compiled.result()
-        run = compiled[tuple(grid) + (1,) * (3 - len(grid))]
+        grid3 = tuple(grid) + (1,) * (3 - len(grid))
+        run = compiled[grid3]
     except Exception:  # noqa: BLE001  (another Triton: keep to the JIT)
         return None
-    return Launched(kernel, run, index, tail) if callable(run) else None
+    if not callable(run):
+        return None
+    return Launched(kernel, _direct(compiled, run, grid3, index), index, tail)
 
 
 def _arg_key(value: Any):

@@ -65,7 +65,9 @@ def philox4x32(seed, c0):
     returns, bit for bit.  Each 32x32-bit product is one 64-bit multiply, whose
     high and low halves the round needs, instead of ``umulhi`` plus a low multiply:
     fewer instructions per word (``benchmarks/dropout.py --tune`` times both)."""
-    seed = seed.to(tl.uint64)
+    # tl.cast, not seed.to: torch.compile's Inductor may pass a constant seed as a
+    # plain int (a constexpr), which has no .to (H100, torch 2.11, 2026-12-07).
+    seed = tl.cast(seed, tl.uint64)
     k0 = (seed & 0xFFFFFFFF).to(tl.uint32)
     k1 = ((seed >> 32) & 0xFFFFFFFF).to(tl.uint32)
     c1 = c0 * 0
@@ -99,7 +101,7 @@ def dropout_kernel(
     pid = tl.program_id(0)
     lane = tl.arange(0, SUB)
     word = tl.arange(0, 4)[:, None]
-    thr = thr_bits.to(tl.uint32, bitcast=True)
+    thr = tl.cast(thr_bits, tl.uint32, bitcast=True)  # tl.cast: see philox4x32
     for i in tl.static_range(GROUPS):
         group = (pid * GROUPS + i).to(tl.int64)
         # A group as one (4, SUB) tile: row q holds the elements that take word q.

@@ -37,7 +37,9 @@ import triton.language as tl
 
 from .._launch import PLANS, call_key, plain
 from . import library, norms
-from .norms import MAX_HIDDEN
+
+# Bare names for the kernels, as in rms_norm (Inductor re-emits the kernels).
+from .norms import MAX_HIDDEN, columns, row_sums, row_tile, walk_row
 from .partials import sum_partials_kernel
 from .precision import autocasting, upper
 from .rows import load_rows, store_rows
@@ -99,8 +101,8 @@ def layer_norm_fwd_kernel(
     RELOAD: tl.constexpr,  # read x again for y (from L2) instead of keeping it in registers
     EVEN: tl.constexpr,  # n_cols == BLOCK_N and ROWS divides n_rows: no masks at all
 ):  # fmt: skip
-    cols, col_ok = norms.columns(0, n_cols, BLOCK_N)
-    rows, row_ok, mask, rows64 = norms.row_tile(tl.program_id(0) * ROWS, ROWS, n_rows, col_ok)
+    cols, col_ok = columns(0, n_cols, BLOCK_N)
+    rows, row_ok, mask, rows64 = row_tile(tl.program_id(0) * ROWS, ROWS, n_rows, col_ok)
     x_ptrs = x_ptr + rows64 * x_row_stride + cols[None, :]
 
     # evict_last measured faster than no hint for rms_norm's same access pattern.
@@ -141,7 +143,7 @@ def layer_norm_bwd_kernel(
     pid = tl.program_id(1)
     n_progs = tl.num_programs(1)
     SLICE: tl.constexpr = BLOCK_N // COL_SPLITS
-    cols, col_ok = norms.columns(0, n_cols, BLOCK_N)
+    cols, col_ok = columns(0, n_cols, BLOCK_N)
     own = split * SLICE + tl.arange(0, SLICE)
     own_ok = own < n_cols
     dw_acc = tl.zeros((ROWS, SLICE), dtype=tl.float32)
@@ -151,7 +153,7 @@ def layer_norm_bwd_kernel(
     # any moment the grid streams through one region of memory (and the programs
     # that share a row read it at the same time).
     for start in range(pid * ROWS, n_rows, n_progs * ROWS):
-        rows, row_ok, mask, rows64 = norms.row_tile(start, ROWS, n_rows, col_ok)
+        rows, row_ok, mask, rows64 = row_tile(start, ROWS, n_rows, col_ok)
         # Rows past the end get mean = rstd = 0 and dy = 0: they add nothing.
         mean = tl.load(stats_ptr + rows, mask=row_ok, other=0.0)
         rstd = tl.load(stats_ptr + n_rows + rows, mask=row_ok, other=0.0)
@@ -219,7 +221,7 @@ def layer_norm_fwd_chunked_kernel(
     n_chunks = tl.cdiv(n_cols, BLOCK_N)
     # A persistent grid, as in rms_norm_fwd_chunked_kernel.
     for i in tl.range(0, tl.cdiv(n_rows - tl.program_id(0), tl.num_programs(0))):
-        row, x_row, y_row = norms.walk_row(i, x_ptr, y_ptr, x_row_stride, y_row_stride)
+        row, x_row, y_row = walk_row(i, x_ptr, y_ptr, x_row_stride, y_row_stride)
         # The shift k: the first chunk's mean, close to the row's.
         x0 = tl.load(x_row + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
         k = tl.sum(x0, axis=0) / tl.minimum(n_cols, BLOCK_N)
@@ -299,17 +301,17 @@ def layer_norm_bwd_chunked_kernel(
     # and every num_programs(1)-th row block: its share of dweight and dbias for
     # those columns stays in registers, as in layer_norm_bwd_kernel.
     split = tl.program_id(1)
-    cols, col_ok = norms.columns(tl.program_id(0) * BLOCK_N, n_cols, BLOCK_N)
+    cols, col_ok = columns(tl.program_id(0) * BLOCK_N, n_cols, BLOCK_N)
     n_blocks = tl.cdiv(n_rows, ROWS)
     dw_acc = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
     db_acc = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
 
     # Last row block first, as in rms_norm_bwd_chunked_kernel.
     for b in tl.range(split, n_blocks, tl.num_programs(1)):
-        rows, row_ok, mask, rows64 = norms.row_tile((n_blocks - 1 - b) * ROWS, ROWS, n_rows, col_ok)
+        rows, row_ok, mask, rows64 = row_tile((n_blocks - 1 - b) * ROWS, ROWS, n_rows, col_ok)
         # The whole row's sums, from its chunks' partial sums.
-        c1 = norms.row_sums(dot_ptr, rows, row_ok, n_dots, DOTS) / n_cols
-        c2 = norms.row_sums(dot_ptr + n_rows * n_dots, rows, row_ok, n_dots, DOTS) / n_cols
+        c1 = row_sums(dot_ptr, rows, row_ok, n_dots, DOTS) / n_cols
+        c2 = row_sums(dot_ptr + n_rows * n_dots, rows, row_ok, n_dots, DOTS) / n_cols
         # Rows past the end get rstd = 0 and dy = 0: they add nothing.
         mean = tl.load(stats_ptr + rows, mask=row_ok, other=0.0)
         rstd = tl.load(stats_ptr + n_rows + rows, mask=row_ok, other=0.0)

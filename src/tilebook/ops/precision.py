@@ -27,17 +27,15 @@ __all__ = ["autocasting", "lower", "upper"]
 _enabled = torch.is_autocast_enabled
 _dtype = torch.get_autocast_dtype
 _Tensor = torch.Tensor
-#: The device types tilebook runs on; autocast knows no others, such as "meta" (the
-#: ops' checks refuse those with a clear error).
-_KINDS = frozenset({"cuda", "cpu"})
 
 
 def autocasting(t: object) -> bool:
     """Whether ``t`` is a tensor on a device type where autocast is on now."""
     if not isinstance(t, _Tensor):
         return False
-    kind = t.device.type
-    return kind in _KINDS and _enabled(kind)
+    if t.is_cuda:  # (is_cuda and is_cpu: no torch.device made on every call)
+        return _enabled("cuda")
+    return t.is_cpu and _enabled("cpu")
 
 
 def lower(first: object, *rest: object) -> tuple:

@@ -36,7 +36,11 @@ import triton.language as tl
 
 from .._launch import PLANS, call_key, plain
 from . import library, norms
-from .norms import BWD_WARPS_PER_SM, MAX_HIDDEN
+
+# The kernels call the shared tile helpers by bare name: Inductor re-emits a user
+# kernel with the @triton.jit functions it names, and a module attribute
+# (`norms.columns`) would be a NameError there.
+from .norms import BWD_WARPS_PER_SM, MAX_HIDDEN, columns, row_sums, row_tile, walk_row
 from .partials import sum_partials_kernel
 from .precision import autocasting, upper
 from .rows import load_rows, store_rows
@@ -93,8 +97,8 @@ def rms_norm_fwd_kernel(
     X_EVICT: tl.constexpr,  # L2 policy of the x loads: "" or "evict_last" (see _x_evict)
     EVEN: tl.constexpr,  # n_cols == BLOCK_N and ROWS divides n_rows: no masks at all
 ):  # fmt: skip
-    cols, col_ok = norms.columns(0, n_cols, BLOCK_N)
-    rows, row_ok, mask, rows64 = norms.row_tile(tl.program_id(0) * ROWS, ROWS, n_rows, col_ok)
+    cols, col_ok = columns(0, n_cols, BLOCK_N)
+    rows, row_ok, mask, rows64 = row_tile(tl.program_id(0) * ROWS, ROWS, n_rows, col_ok)
     x_ptrs = x_ptr + rows64 * x_row_stride + cols[None, :]
     y_ptrs = y_ptr + rows64 * y_row_stride + cols[None, :]
     x = load_rows(x_ptrs, mask, EVEN, X_EVICT)
@@ -129,13 +133,13 @@ def rms_norm_bwd_kernel(
 ):  # fmt: skip
     pid = tl.program_id(0)
     n_progs = tl.num_programs(0)
-    cols, col_ok = norms.columns(0, n_cols, BLOCK_N)
+    cols, col_ok = columns(0, n_cols, BLOCK_N)
     dw_acc = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
 
     # Grid-stride loop: neighbouring programs take neighbouring row blocks, so at
     # any moment the grid streams through one region of memory.
     for start in range(pid * ROWS, n_rows, n_progs * ROWS):
-        rows, row_ok, mask, rows64 = norms.row_tile(start, ROWS, n_rows, col_ok)
+        rows, row_ok, mask, rows64 = row_tile(start, ROWS, n_rows, col_ok)
         x = tl.load(x_ptr + rows64 * x_row_stride + cols[None, :], mask=mask, other=0.0)
         dy = tl.load(dy_ptr + rows64 * dy_row_stride + cols[None, :], mask=mask, other=0.0)
         # Rows past the end get rstd = 0, so they contribute nothing to dw.
@@ -174,7 +178,7 @@ def rms_norm_fwd_chunked_kernel(
     # A persistent grid: few rows are in flight at once, so that a row read by the
     # first walk is still in L2 when the second walk reads it again.
     for i in tl.range(0, tl.cdiv(n_rows - tl.program_id(0), tl.num_programs(0))):
-        row, x_row, y_row = norms.walk_row(i, x_ptr, y_ptr, x_row_stride, y_row_stride)
+        row, x_row, y_row = walk_row(i, x_ptr, y_ptr, x_row_stride, y_row_stride)
         # Lane-wise sums, reduced once per row: no block-wide reduction per chunk.
         acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
         for c in tl.range(0, n_chunks):
@@ -232,16 +236,16 @@ def rms_norm_bwd_chunked_kernel(
     # and every num_programs(1)-th row block: its share of dweight for those columns
     # stays in registers, as in rms_norm_bwd_kernel.
     split = tl.program_id(1)
-    cols, col_ok = norms.columns(tl.program_id(0) * BLOCK_N, n_cols, BLOCK_N)
+    cols, col_ok = columns(tl.program_id(0) * BLOCK_N, n_cols, BLOCK_N)
     n_blocks = tl.cdiv(n_rows, ROWS)
     dw_acc = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
 
     for b in tl.range(split, n_blocks, tl.num_programs(1)):
         # Last row block first: the dot kernel read the rows in order, so the last
         # ones are the likeliest still to be in L2.
-        rows, row_ok, mask, rows64 = norms.row_tile((n_blocks - 1 - b) * ROWS, ROWS, n_rows, col_ok)
+        rows, row_ok, mask, rows64 = row_tile((n_blocks - 1 - b) * ROWS, ROWS, n_rows, col_ok)
         # The whole row's sum(dy * w * x), from its chunks' partial sums.
-        dot = norms.row_sums(dot_ptr, rows, row_ok, n_dots, DOTS)
+        dot = row_sums(dot_ptr, rows, row_ok, n_dots, DOTS)
         # Rows past the end get rstd = 0, so they contribute nothing to dw.
         rstd = tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)
         c = dot * rstd / n_cols  # sum(g * x_hat) / H
