@@ -81,6 +81,10 @@ def pytest_unconfigure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    # The tests of the built site last: the site builds in the background meanwhile,
+    # and pytest-xdist hands out tests in this order, so no worker sits waiting for the
+    # build while other tests could run (CI's two cores were idle for minutes).
+    items.sort(key=lambda item: "built_site" in getattr(item, "fixturenames", ()))
     if tilebook.is_gpu():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU; tilebook is in CPU (interpreter) mode")
