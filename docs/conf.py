@@ -122,7 +122,7 @@ sphinx_gallery_conf = {
     # clocks read before and after it (docs/_ext/lesson_time.py; the site test holds
     # each lesson to its budget with them).  Matplotlib's reset, sphinx-gallery's
     # default, now runs after each lesson too: a no-op there.
-    "reset_modules": ("matplotlib", "lesson_time.lesson_clock"),
+    "reset_modules": ("matplotlib", "lesson_time.lesson_clock", "lesson_launches.lesson_launches"),
     "reset_modules_order": "both",
     "matplotlib_animations": False,
     "remove_config_comments": True,

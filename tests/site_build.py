@@ -71,6 +71,10 @@ def _build(out: Path, *, fresh: bool = True) -> tuple[Path, str, int]:
     env = dict(os.environ)
     env["TILEBOOK_MODE"] = "cpu"
     env.pop("TILEBOOK_RECORD_DIR", None)  # plot only what is committed
+    # What each lesson launched, for tests/test_lesson_targets.py (the first build runs
+    # every lesson; a rebuild runs none).
+    if fresh:
+        env["TILEBOOK_LAUNCH_LOG"] = str(out / "launches")
     html = out / "html"
     doctrees = out / "doctrees"
     root = source_tree(out)

@@ -54,7 +54,9 @@ def _prepare(job: Mapping[str, Any]) -> dict[str, Any]:
         if key not in job:
             raise TypeError(f"a compile job needs {key!r}")
     kernel = job["kernel"]
-    if not isinstance(kernel, str):
+    # A dict is what shipping.kernel_ref made of a kernel already (one noted while a
+    # lesson ran, sent on later: docs/_ext/lesson_launches.py).
+    if not isinstance(kernel, (str, dict)):
         python_function(kernel)  # a clear TypeError for anything but a kernel
     signature = job["signature"]
     if not isinstance(signature, Mapping) or not all(
@@ -80,7 +82,7 @@ def _prepare(job: Mapping[str, Any]) -> dict[str, Any]:
     options = job.get("options") or {}
     if not isinstance(options, Mapping):
         raise TypeError(f"options must be a dict of Triton compile options, got {options!r}")
-    if not isinstance(kernel, str):
+    if not isinstance(kernel, (str, dict)):
         _check_names(kernel, signature, constexprs)
     return {
         "kernel": kernel,
@@ -143,7 +145,8 @@ def _child_env() -> dict[str, str]:
 def _run_children(jobs: list[dict[str, Any]], workers: int, timeout: float) -> list[dict]:
     payloads = []
     for job in jobs:
-        payloads.append({**job, "kernel": kernel_ref(job["kernel"])})
+        ref = job["kernel"]
+        payloads.append({**job, "kernel": ref if isinstance(ref, dict) else kernel_ref(ref)})
     chunks = [list(range(i, len(jobs), workers)) for i in range(workers)]
     results: list[dict] = [{}] * len(jobs)
     env = _child_env()
