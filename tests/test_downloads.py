@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 import tilebook_notebooks  # docs/_ext is not a package
 import tilebook_wheel
 
-LESSON = "07_vector_add"
+LESSON = "11_rms_norm"  # the quickest lesson to run on a CPU (records, small sizes)
 PART = "03_real_kernels"
 WHEEL = tilebook_wheel.wheel_name(ROOT)
 
