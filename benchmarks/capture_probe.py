@@ -101,7 +101,9 @@ def _make(op: str, rows: int, cols: int):
     raise ValueError(op)
 
 
-def _child(name: str) -> None:
+def _warm(name: str):
+    """The case's call, run a few times outside any capture (compiles, plans), and the
+    stream query loaded: ``(fn, calls, keep, mode)``."""
     import torch
 
     op, rows, cols, calls, keep, mode = CASES[name]
@@ -109,9 +111,15 @@ def _child(name: str) -> None:
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
-    out = {"case": name}
-
     _status(torch.cuda.current_stream().cuda_stream)  # load the query before any capture
+    return fn, calls, keep, mode
+
+
+def _child(name: str) -> None:
+    import torch
+
+    fn, calls, keep, mode = _warm(name)
+    out = {"case": name}
 
     def capture():
         kept = []
@@ -144,12 +152,7 @@ def _child_trace(name: str) -> None:
     """The failing capture again, traced (a fresh process: the first one is spoiled)."""
     import torch
 
-    op, rows, cols, calls, _keep, mode = CASES[name]
-    fn = _make(op, rows, cols)
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    _status(torch.cuda.current_stream().cuda_stream)
+    fn, calls, _keep, mode = _warm(name)
     first_bad: list[str] = []
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.stream(torch.cuda.Stream()):

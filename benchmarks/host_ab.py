@@ -26,8 +26,9 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def load_renamed(tree: Path, name: str = "tilebook_a"):
@@ -39,22 +40,6 @@ def load_renamed(tree: Path, name: str = "tilebook_a"):
         f.write_text(word.sub(name, f.read_text()))
     sys.path.insert(0, str(out.parent))
     return importlib.import_module(name)
-
-
-def host_us(fn, n: int = 100, blocks: int = 3) -> float:
-    import torch
-
-    for _ in range(5):
-        fn()
-    best = float("inf")
-    for _ in range(blocks):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - t)
-    return best / n * 1e6
 
 
 def cases(impls: dict) -> dict[str, dict]:
@@ -124,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--json", default="")
     args = p.parse_args(argv)
+    from host_overhead import _host_us
+
     import tilebook
 
     old = load_renamed(args.before)
@@ -135,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             names = list(impls)
             names = names[r % len(names) :] + names[: r % len(names)]
             for name in names:
-                got[case][name].append(host_us(impls[name]))
+                got[case][name].append(_host_us(impls[name], blocks=3))
     med = {c: {k: statistics.median(v) for k, v in d.items()} for c, d in got.items()}
     cols = ("a", "b", "torch", "liger")
     print(f"\nhost µs per eager call, median of {args.rounds} interleaved rounds")

@@ -17,39 +17,20 @@ import pstats
 import sys
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
-
 import tilebook
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import host_ab
 from host_overhead import _host_us
 
 
 def cases() -> dict:
-    dev, bf = "cuda", torch.bfloat16
-    x = torch.randn(16, 1024, device=dev, dtype=bf)
-    w, b = torch.randn(1024, device=dev, dtype=bf), torch.randn(1024, device=dev, dtype=bf)
-    dy = torch.randn_like(x)
-    xs, ws, bs = (t.clone().requires_grad_() for t in (x, w, b))
-    v = torch.randn(4096, device=dev)
-
-    def step(op, *ins):
-        return lambda: torch.autograd.grad(op(*ins), ins, dy)
-
-    return {
-        "rms_norm fwd": lambda: tilebook.rms_norm(x, w),
-        "rms_norm fwd+bwd": step(tilebook.rms_norm, xs, ws),
-        "layer_norm fwd": lambda: tilebook.layer_norm(x, w, b),
-        "layer_norm fwd+bwd": step(tilebook.layer_norm, xs, ws, bs),
-        "softmax fwd": lambda: tilebook.softmax(x),
-        "softmax fwd+bwd": step(tilebook.softmax, xs),
-        "dropout fwd": lambda: tilebook.dropout(x, 0.1, seed=1),
-        "dropout fwd+bwd": step(lambda t: tilebook.dropout(t, 0.1, seed=1), xs),
-        "vector_add": lambda: tilebook.vector_add(v, v),
-        "torch rms_norm fwd": lambda: F.rms_norm(x, (1024,), w),
-        "torch softmax fwd+bwd": step(lambda t: torch.softmax(t, -1), xs),
-    }
+    """host_ab's cases: tilebook's call of each, and torch's beside it."""
+    out = {}
+    for case, impls in host_ab.cases({"tilebook": tilebook}).items():
+        out[case] = impls["tilebook"]
+        out[f"torch {case}"] = impls["torch"]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
